@@ -1,0 +1,354 @@
+//! The engine: a loaded model, a device plan and the KV arena, driven one sequence at a time by
+//! `strata-rt generate` and the golden tests, and step by step by the scheduler.
+
+mod load;
+
+pub use load::{LoadedModel, LoadError};
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use strata_gpu::cpu::{CpuOptions, CpuPlan};
+use strata_gpu::kv_memory::{HostKvMemory, KvPlacement};
+use strata_gpu::{DeviceError, ForwardPlan, StepBatch};
+use strata_kv::{KvArena, KvError, KvLayout, KvShape, LayoutParams, Owner, SeqId};
+use strata_model::sampling::{Sampler, SamplingParams};
+
+/// Sizes of the engine's step buffers and KV arena.
+#[derive(Clone, Debug)]
+pub struct EngineOptions {
+    /// CPU compute threads; 0 means every core.
+    pub threads: usize,
+    /// Longest sequence (prompt + generated tokens).
+    pub max_context: usize,
+    /// KV cells in the arena (a multiple of `block_size`).
+    pub n_cells: usize,
+    /// Cells per KV block.
+    pub block_size: usize,
+    /// Most tokens in one step.
+    pub ubatch: usize,
+    /// Most rows of logits one step returns (at least the number of sequences decoded together).
+    pub max_outputs: usize,
+    /// The CPU kernels' SIMD level; `None` picks the best this CPU has.
+    pub simd: Option<strata_quant::SimdLevel>,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions { threads: 0, max_context: 4096, n_cells: 4096, block_size: 16, ubatch: 512, max_outputs: 64, simd: None }
+    }
+}
+
+/// Why an engine call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    #[error(transparent)]
+    Device(#[from] DeviceError),
+    #[error("KV arena: {0}")]
+    Kv(#[from] KvError),
+    #[error("KV layout: {0}")]
+    Layout(#[from] strata_kv::LayoutError),
+    #[error("the prompt is empty")]
+    EmptyPrompt,
+    #[error("the prompt has {prompt} tokens; the context holds {context}")]
+    PromptTooLong { prompt: usize, context: usize },
+    #[error("token id {id} is outside the vocabulary of {vocab}")]
+    TokenOutOfVocab { id: u32, vocab: usize },
+    #[error("invalid sampling parameters: {0}")]
+    Sampling(String),
+}
+
+/// Why generation stopped.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum StopReason {
+    /// An end-of-generation token (or a stop condition of the caller).
+    Stop,
+    /// `max_tokens` or the context length.
+    Length,
+    /// The caller asked to stop (a client went away).
+    Cancelled,
+}
+
+impl StopReason {
+    /// The OpenAI `finish_reason` / timing-record name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StopReason::Stop => "stop",
+            StopReason::Length => "length",
+            StopReason::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// What one generation did, for the timing record.
+#[derive(Clone, Debug)]
+pub struct GenerationOutcome {
+    pub tokens: Vec<u32>,
+    pub stop: StopReason,
+    pub prompt_tokens: usize,
+    pub reused_tokens: usize,
+    pub prefill_ms: f64,
+    pub decode_ms: f64,
+}
+
+impl GenerationOutcome {
+    /// Prompt tokens computed per second of prefill.
+    pub fn prefill_tokens_per_s(&self) -> f64 {
+        per_s(self.prompt_tokens - self.reused_tokens, self.prefill_ms)
+    }
+
+    /// Generated tokens per second of decode (the first token comes from prefill).
+    pub fn decode_tokens_per_s(&self) -> f64 {
+        per_s(self.tokens.len().saturating_sub(1), self.decode_ms)
+    }
+}
+
+fn per_s(n: usize, ms: f64) -> f64 {
+    if ms > 0.0 { n as f64 * 1000.0 / ms } else { 0.0 }
+}
+
+/// What the caller says after each generated token.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Flow {
+    Continue,
+    /// Stop here with reason `stop` (a stop string matched).
+    Stop,
+    /// Stop here with reason `cancelled`.
+    Cancel,
+}
+
+/// A loaded model on a device, with its KV arena.
+pub struct Engine {
+    model: Arc<LoadedModel>,
+    plan: Box<dyn ForwardPlan>,
+    arena: KvArena,
+    layout: KvLayout,
+    opts: EngineOptions,
+    next_seq: SeqId,
+}
+
+impl Engine {
+    /// Lays out the KV arena, allocates it in host memory and compiles the graph for the CPU.
+    ///
+    /// # Errors
+    /// An arena that cannot be laid out or allocated, or a graph the device cannot run.
+    pub fn new_cpu(model: Arc<LoadedModel>, opts: EngineOptions) -> Result<Engine, EngineError> {
+        let hp = &model.hparams;
+        let shape = KvShape { n_layers: hp.n_layers as u32, n_kv_heads: hp.n_kv_heads as u32, head_dim: hp.head_dim as u32, dtype: strata_kv::KvDtype::F16 };
+        let mut params = LayoutParams::new(shape, opts.n_cells as u64);
+        params.block_size = opts.block_size as u32;
+        let layout = KvLayout::compute(&params)?;
+        let kv = Arc::new(HostKvMemory::allocate(KvPlacement::from_layout(&layout)?)?);
+        let kernels = match opts.simd {
+            Some(level) => Some(strata_quant::Kernels::with_level(level).ok_or_else(|| DeviceError::NotAvailable(format!("cpu SIMD level {level:?}")))?),
+            None => None,
+        };
+        let plan = CpuPlan::compile(
+            model.graph.clone(),
+            model.file.clone(),
+            kv,
+            CpuOptions { threads: opts.threads, max_batch_tokens: opts.ubatch, max_outputs: opts.max_outputs, block_size: opts.block_size, kernels },
+        )?;
+        let arena = KvArena::from_layout(&layout);
+        Ok(Engine { model, plan: Box::new(plan), arena, layout, opts, next_seq: 1 })
+    }
+
+    /// The model.
+    pub fn model(&self) -> &Arc<LoadedModel> {
+        &self.model
+    }
+
+    /// The KV layout.
+    pub fn layout(&self) -> &KvLayout {
+        &self.layout
+    }
+
+    /// The KV arena's bookkeeping.
+    pub fn arena(&self) -> &KvArena {
+        &self.arena
+    }
+
+    /// The options.
+    pub fn options(&self) -> &EngineOptions {
+        &self.opts
+    }
+
+    /// The device running the plan.
+    pub fn device_name(&self) -> String {
+        self.plan.device_name()
+    }
+
+    fn check_prompt(&self, prompt: &[u32]) -> Result<(), EngineError> {
+        if prompt.is_empty() {
+            return Err(EngineError::EmptyPrompt);
+        }
+        let vocab = self.model.hparams.vocab_size;
+        if let Some(&id) = prompt.iter().find(|&&t| t as usize >= vocab) {
+            return Err(EngineError::TokenOutOfVocab { id, vocab });
+        }
+        if prompt.len() > self.opts.max_context {
+            return Err(EngineError::PromptTooLong { prompt: prompt.len(), context: self.opts.max_context });
+        }
+        Ok(())
+    }
+
+    /// Runs `tokens` (the sequence's next tokens, from position `start`) through the model in
+    /// ubatch-sized steps, returning the logits of the last one (or of every token when
+    /// `all_logits`).
+    fn run_tokens(&mut self, seq: SeqId, tokens: &[u32], all_logits: bool) -> Result<Vec<f32>, EngineError> {
+        let vocab = self.model.hparams.vocab_size;
+        let step = if all_logits { self.opts.ubatch.min(self.opts.max_outputs) } else { self.opts.ubatch };
+        let mut logits = Vec::new();
+        for chunk in tokens.chunks(step) {
+            let start = self.arena.seq_len(seq).ok_or(KvError::UnknownSequence(seq))?;
+            self.arena.reserve(seq, chunk.len())?;
+            let table: Vec<u32> = self.arena.block_table(seq).ok_or(KvError::UnknownSequence(seq))?.iter().map(|b| b.0).collect();
+            let positions: Vec<u32> = (start..start + chunk.len()).map(|p| p as u32).collect();
+            let seq_of_token = vec![0u32; chunk.len()];
+            let output_rows: Vec<u32> = if all_logits { (0..chunk.len() as u32).collect() } else { vec![chunk.len() as u32 - 1] };
+            let tables = [table.as_slice()];
+            let batch = StepBatch { tokens: chunk, positions: &positions, seq_of_token: &seq_of_token, block_tables: &tables, output_rows: &output_rows };
+            let out = self.plan.forward(&batch)?;
+            if all_logits {
+                logits.extend_from_slice(out);
+            } else {
+                logits.clear();
+                logits.extend_from_slice(&out[..vocab]);
+            }
+            self.arena.commit_tokens(seq, chunk)?;
+        }
+        Ok(logits)
+    }
+
+    /// Logits at every position of `tokens`, teacher-forced (row `i` predicts token `i + 1`).
+    /// Uses no prefix cache, and leaves nothing cached.
+    ///
+    /// # Errors
+    /// As [`Engine::generate`].
+    pub fn teacher_forced_logits(&mut self, tokens: &[u32]) -> Result<Vec<f32>, EngineError> {
+        self.check_prompt(tokens)?;
+        let seq = self.new_seq();
+        self.arena.start_sequence(seq, &[], Owner::Prefill)?;
+        let result = self.run_tokens(seq, tokens, true);
+        self.arena.cancel(seq)?;
+        result
+    }
+
+    fn new_seq(&mut self) -> SeqId {
+        let s = self.next_seq;
+        self.next_seq += 1;
+        s
+    }
+
+    /// Generates up to `max_tokens` tokens after `prompt`, calling `on_token` with each; stops at
+    /// an end-of-generation token, at `max_tokens`, at the context limit, or when `on_token`
+    /// says so. A finished sequence's full KV blocks stay cached for later prompts that share
+    /// its prefix.
+    ///
+    /// # Errors
+    /// A bad prompt (empty, too long, ids outside the vocabulary), bad sampling parameters, a full
+    /// arena or a device error. The sequence's KV blocks are given back either way.
+    pub fn generate(
+        &mut self,
+        prompt: &[u32],
+        max_tokens: usize,
+        sampling: &SamplingParams,
+        mut on_token: impl FnMut(u32) -> Flow,
+    ) -> Result<GenerationOutcome, EngineError> {
+        self.check_prompt(prompt)?;
+        sampling.validate().map_err(EngineError::Sampling)?;
+        let seq = self.new_seq();
+        let start = self.arena.start_sequence(seq, prompt, Owner::Prefill)?;
+        let result = self.generate_seq(seq, prompt, start.reused_tokens, max_tokens, sampling, &mut on_token);
+        match &result {
+            Ok(o) if o.stop != StopReason::Cancelled => {
+                self.arena.finish(seq)?;
+            }
+            _ => {
+                self.arena.cancel(seq)?;
+            }
+        }
+        result
+    }
+
+    fn generate_seq(
+        &mut self,
+        seq: SeqId,
+        prompt: &[u32],
+        reused: usize,
+        max_tokens: usize,
+        sampling: &SamplingParams,
+        on_token: &mut dyn FnMut(u32) -> Flow,
+    ) -> Result<GenerationOutcome, EngineError> {
+        let t0 = Instant::now();
+        let mut logits = self.run_tokens(seq, &prompt[reused..], false)?;
+        let prefill_ms = t0.elapsed().as_secs_f64() * 1e3;
+        self.arena.hand_off(seq, Owner::Prefill, Owner::Decode)?;
+        let t1 = Instant::now();
+        let mut sampler = Sampler::new(sampling.clone());
+        let mut history = prompt.to_vec();
+        let mut tokens = Vec::new();
+        let budget = max_tokens.min(self.opts.max_context.saturating_sub(prompt.len()));
+        let mut stop = StopReason::Length;
+        while tokens.len() < budget {
+            let tok = sampler.sample(&logits, &history);
+            tokens.push(tok);
+            history.push(tok);
+            if self.model.tokenizer.is_end_of_generation(tok) {
+                stop = StopReason::Stop;
+                break;
+            }
+            match on_token(tok) {
+                Flow::Continue => {}
+                Flow::Stop => {
+                    stop = StopReason::Stop;
+                    break;
+                }
+                Flow::Cancel => {
+                    stop = StopReason::Cancelled;
+                    break;
+                }
+            }
+            if tokens.len() == budget {
+                break;
+            }
+            logits = self.run_tokens(seq, &[tok], false)?;
+        }
+        Ok(GenerationOutcome {
+            tokens,
+            stop,
+            prompt_tokens: prompt.len(),
+            reused_tokens: reused,
+            prefill_ms,
+            decode_ms: t1.elapsed().as_secs_f64() * 1e3,
+        })
+    }
+
+    /// Times one prompt of `prompt` tokens (computed from an empty cache) and then `n_gen`
+    /// single-token decode steps fed with the greedy choice, never stopping early: the
+    /// llama-bench protocol. Returns (prefill ms, decode ms); nothing is cached afterwards.
+    ///
+    /// # Errors
+    /// As [`Engine::generate`].
+    pub fn bench(&mut self, prompt: &[u32], n_gen: usize) -> Result<(f64, f64), EngineError> {
+        self.check_prompt(prompt)?;
+        let seq = self.new_seq();
+        self.arena.start_sequence(seq, &[], Owner::Prefill)?;
+        let result = (|| {
+            let t0 = Instant::now();
+            let mut logits = if prompt.len() > 1 || n_gen == 0 { self.run_tokens(seq, prompt, false)? } else { Vec::new() };
+            let prefill_ms = t0.elapsed().as_secs_f64() * 1e3;
+            let t1 = Instant::now();
+            let mut tok = if logits.is_empty() { prompt[0] } else { strata_model::sampling::argmax(&logits) };
+            for _ in 0..n_gen {
+                logits = self.run_tokens(seq, &[tok], false)?;
+                tok = strata_model::sampling::argmax(&logits);
+            }
+            Ok((prefill_ms, t1.elapsed().as_secs_f64() * 1e3))
+        })();
+        self.arena.cancel(seq)?;
+        result
+    }
+}

@@ -1,0 +1,6 @@
+//! The strata-rt runtime: the engine that ties a model to its devices and KV arena, and (with
+//! their issues) the actors, the HTTP front end and the metrics.
+
+pub mod engine;
+
+pub use engine::{Engine, EngineError, EngineOptions, Flow, GenerationOutcome, LoadedModel, StopReason};

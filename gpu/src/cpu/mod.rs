@@ -1,0 +1,566 @@
+//! The CPU device: the reference every other device is checked against, and a fast one.
+//!
+//! It compiles the forward graph into a [`CpuPlan`]: activation buffers sized for the largest
+//! step, the small weights (norms, biases) dequantized once, and the large ones read in place from
+//! the mapped file. Each parallel op is one broadcast over a fixed thread pool with a static
+//! partition of the work, so a decode step costs a few hundred wake-ups, not thousands of tasks.
+
+mod ops;
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use strata_io::gguf::GgufFile;
+use strata_model::graph::{BufId, ForwardGraph, Op, Projection, Rows};
+use strata_model::weights::WeightRef;
+use strata_quant::{GgmlType, Kernels};
+
+use crate::kv_memory::HostKvMemory;
+use crate::{DeviceError, ForwardPlan, StepBatch};
+
+/// Options of a CPU plan.
+#[derive(Clone, Debug)]
+pub struct CpuOptions {
+    /// Compute threads; 0 means every core.
+    pub threads: usize,
+    /// Most tokens one step may hold (the `ubatch`).
+    pub max_batch_tokens: usize,
+    /// Most rows of logits one step may return.
+    pub max_outputs: usize,
+    /// Cells per KV block.
+    pub block_size: usize,
+    /// The kernel set; `None` picks the best this CPU has.
+    pub kernels: Option<Kernels>,
+}
+
+/// The CPU device's description for `strata-rt devices`.
+pub fn describe() -> String {
+    let k = Kernels::best();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    format!("cpu: {cores} threads available, SIMD level {:?}", k.level())
+}
+
+/// A raw pointer that may cross into the pool's threads. Every use writes a region no other
+/// thread touches in the same op; each use site says why.
+#[derive(Copy, Clone)]
+struct SharedMut<T>(*mut T);
+
+impl<T> SharedMut<T> {
+    /// The pointer. A method, so closures capture the whole (Sync) wrapper, not the raw field.
+    fn ptr(self) -> *mut T {
+        self.0
+    }
+}
+// SAFETY: see the type's documentation: disjoint writes only, coordinated by the static partition.
+unsafe impl<T> Send for SharedMut<T> {}
+// SAFETY: as above.
+unsafe impl<T> Sync for SharedMut<T> {}
+
+/// Per-thread scratch space.
+#[derive(Default)]
+struct Scratch {
+    out: Vec<f32>,
+    scores: Vec<f32>,
+    q_rounded: Vec<f32>,
+}
+
+/// Where a weight's bytes are, plus its dequantized values when it is a small vector.
+struct WeightSlot {
+    w: WeightRef,
+    range: Range<usize>,
+    /// Bytes of one row.
+    row_bytes: usize,
+    /// Norm weights and biases, dequantized once.
+    small: Option<Vec<f32>>,
+}
+
+/// The forward graph compiled for the CPU.
+pub struct CpuPlan {
+    graph: ForwardGraph,
+    file: Arc<GgufFile>,
+    kv: Arc<HostKvMemory>,
+    kernels: Kernels,
+    pool: rayon::ThreadPool,
+    threads: usize,
+    weights: Vec<WeightSlot>,
+    bufs: Vec<Vec<f32>>,
+    /// Quantized activations, one buffer per activation type.
+    acts: Vec<(GgmlType, Vec<u8>)>,
+    scratch: Vec<Mutex<Scratch>>,
+    inv_freq: Vec<f32>,
+    rope_cos: Vec<f32>,
+    rope_sin: Vec<f32>,
+    opts: CpuOptions,
+}
+
+/// Rows per unit of matmul work: small enough to balance threads, large enough for the kernels'
+/// tiles.
+const MATMUL_BLOCK_ROWS: usize = 64;
+
+impl CpuPlan {
+    /// Compiles `graph` for the CPU, reading weights from `file` and K/V from `kv`.
+    ///
+    /// # Errors
+    /// A weight whose type the CPU kernels cannot multiply, or a thread pool that cannot start.
+    pub fn compile(graph: ForwardGraph, file: Arc<GgufFile>, kv: Arc<HostKvMemory>, opts: CpuOptions) -> Result<CpuPlan, DeviceError> {
+        let kernels = opts.kernels.unwrap_or_else(Kernels::best);
+        let threads = if opts.threads == 0 { std::thread::available_parallelism().map_or(1, |n| n.get()) } else { opts.threads };
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("strata-cpu-{i}"))
+            .build()
+            .map_err(|e| DeviceError::Unsupported { device: "cpu".into(), what: format!("thread pool: {e}") })?;
+        let hp = &graph.hparams;
+        if kv.placement().k.len() != hp.n_layers || kv.placement().row_stride_bytes < (hp.kv_width() * 2) as u64 {
+            return Err(DeviceError::Unsupported { device: "cpu".into(), what: "the KV arena was laid out for another model".into() });
+        }
+        let mut weights = Vec::with_capacity(graph.weights.len());
+        for w in &graph.weights {
+            let start = usize::try_from(w.offset).map_err(|_| bad_weight(w))?;
+            let len = usize::try_from(w.bytes).map_err(|_| bad_weight(w))?;
+            let range = start..start.checked_add(len).ok_or_else(|| bad_weight(w))?;
+            let bytes = file.bytes().get(range.clone()).ok_or_else(|| bad_weight(w))?;
+            let small = if w.rows == 1 {
+                let mut v = vec![0f32; w.cols];
+                strata_quant::dequantize(w.ty, bytes, &mut v)?;
+                Some(v)
+            } else {
+                None
+            };
+            let row_bytes = w.ty.row_bytes(w.cols as u64).and_then(|b| usize::try_from(b).ok()).ok_or_else(|| bad_weight(w))?;
+            weights.push(WeightSlot { w: w.clone(), range, row_bytes, small });
+        }
+        let mut acts: Vec<(GgmlType, Vec<u8>)> = Vec::new();
+        for op in &graph.ops {
+            if let Op::MatMul { input, outputs } = op {
+                let k = graph.buffer(*input).width;
+                for p in outputs {
+                    let ty = graph.weight(p.weight).ty;
+                    if !matmul_supported(ty) {
+                        return Err(DeviceError::Unsupported { device: "cpu".into(), what: format!("matrix products of {ty} weights ({})", graph.weight(p.weight).name) });
+                    }
+                    let at = Kernels::activation_type(ty);
+                    let bytes = strata_quant::activation_row_bytes(ty, k) * opts.max_batch_tokens;
+                    match acts.iter_mut().find(|(t, _)| *t == at) {
+                        Some((_, buf)) => {
+                            if buf.len() < bytes {
+                                buf.resize(bytes, 0);
+                            }
+                        }
+                        None => acts.push((at, vec![0; bytes])),
+                    }
+                }
+            }
+        }
+        let bufs = graph
+            .buffers
+            .iter()
+            .map(|b| {
+                let rows = match b.rows {
+                    Rows::Tokens => opts.max_batch_tokens,
+                    Rows::Outputs => opts.max_outputs,
+                };
+                vec![0f32; rows * b.width]
+            })
+            .collect();
+        let half = hp.rope_dims / 2;
+        let inv_freq = (0..half).map(|i| hp.rope_base.powf(-2.0 * i as f32 / hp.rope_dims as f32)).collect();
+        let scratch = (0..threads).map(|_| Mutex::new(Scratch::default())).collect();
+        Ok(CpuPlan {
+            rope_cos: vec![0.0; opts.max_batch_tokens * half],
+            rope_sin: vec![0.0; opts.max_batch_tokens * half],
+            graph,
+            file,
+            kv,
+            kernels,
+            pool,
+            threads,
+            weights,
+            bufs,
+            acts,
+            scratch,
+            inv_freq,
+            opts,
+        })
+    }
+
+    /// The kernel set in use.
+    pub fn kernels(&self) -> Kernels {
+        self.kernels
+    }
+
+    /// Threads in use.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    fn validate(&self, b: &StepBatch<'_>) -> Result<(), DeviceError> {
+        let n = b.len();
+        let bad = |m: String| Err(DeviceError::BadBatch(m));
+        if n == 0 || n > self.opts.max_batch_tokens {
+            return bad(format!("{n} tokens in a step; this plan takes 1 to {}", self.opts.max_batch_tokens));
+        }
+        if b.positions.len() != n || b.seq_of_token.len() != n {
+            return bad(format!("{n} tokens but {} positions and {} sequence indices", b.positions.len(), b.seq_of_token.len()));
+        }
+        if b.output_rows.is_empty() || b.output_rows.len() > self.opts.max_outputs {
+            return bad(format!("{} output rows; this plan returns 1 to {}", b.output_rows.len(), self.opts.max_outputs));
+        }
+        if let Some(r) = b.output_rows.iter().find(|&&r| r as usize >= n) {
+            return bad(format!("output row {r} is not a token of this {n}-token step"));
+        }
+        let vocab = self.graph.hparams.vocab_size;
+        if let Some(t) = b.tokens.iter().find(|&&t| t as usize >= vocab) {
+            return bad(format!("token id {t} is outside the vocabulary of {vocab}"));
+        }
+        let bs = self.opts.block_size as u64;
+        let n_blocks = self.kv.placement().n_cells / bs;
+        for i in 0..n {
+            let seq = b.seq_of_token[i] as usize;
+            let table = b.block_tables.get(seq).ok_or_else(|| DeviceError::BadBatch(format!("token {i} names sequence {seq}, but there are {} block tables", b.block_tables.len())))?;
+            let pos = b.positions[i] as u64;
+            if pos / bs >= table.len() as u64 {
+                return bad(format!("position {pos} of sequence {seq} lies beyond its {} blocks", table.len()));
+            }
+        }
+        for (s, table) in b.block_tables.iter().enumerate() {
+            if let Some(blk) = table.iter().find(|&&blk| blk as u64 >= n_blocks) {
+                return bad(format!("sequence {s}'s block table names block {blk}; the arena has {n_blocks}"));
+            }
+        }
+        Ok(())
+    }
+
+    fn weight_bytes(&self, id: strata_model::graph::WeightId) -> &[u8] {
+        // The ranges were checked against the file in `compile`.
+        &self.file.bytes()[self.weights[id.0 as usize].range.clone()]
+    }
+
+    fn small(&self, id: strata_model::graph::WeightId) -> &[f32] {
+        self.weights[id.0 as usize].small.as_deref().unwrap_or(&[])
+    }
+
+    fn rows_of(&self, buf: BufId, n_tokens: usize, n_outputs: usize) -> usize {
+        match self.graph.buffer(buf).rows {
+            Rows::Tokens => n_tokens,
+            Rows::Outputs => n_outputs,
+        }
+    }
+
+    /// Runs `f(thread_index, n_threads)` on every pool thread and waits.
+    fn broadcast<F: Fn(usize, usize) + Sync>(&self, f: F) {
+        self.pool.broadcast(|ctx| f(ctx.index(), ctx.num_threads()));
+    }
+
+    /// Splits `0..n` into contiguous ranges, one per thread; small `n` runs on the caller.
+    fn par_ranges<F: Fn(Range<usize>) + Sync>(&self, n: usize, min_per_thread: usize, f: F) {
+        if n < 2 * min_per_thread || self.threads == 1 {
+            f(0..n);
+            return;
+        }
+        self.broadcast(|i, t| f(n * i / t..n * (i + 1) / t));
+    }
+
+    fn matmul(&mut self, input: BufId, outputs: &[Projection], n_tokens: usize, n_outputs: usize) -> Result<(), DeviceError> {
+        let n = self.rows_of(input, n_tokens, n_outputs);
+        let k = self.graph.buffer(input).width;
+        let x = std::mem::take(&mut self.bufs[input.0 as usize]);
+        // Quantize the input once per activation type the projections need.
+        let mut acts = std::mem::take(&mut self.acts);
+        for (at, buf) in acts.iter_mut() {
+            let Some(wty) = outputs.iter().map(|p| self.graph.weight(p.weight).ty).find(|t| Kernels::activation_type(*t) == *at) else {
+                continue;
+            };
+            let rb = strata_quant::activation_row_bytes(wty, k);
+            let kernels = self.kernels;
+            let dst = SharedMut(buf.as_mut_ptr());
+            let err = Mutex::new(None);
+            self.par_ranges(n, 8, |rows| {
+                for t in rows {
+                    // SAFETY: row t of the activation buffer (rb bytes at t*rb, inside the buffer
+                    // sized for max_batch_tokens rows) is written by exactly one thread.
+                    let out = unsafe { std::slice::from_raw_parts_mut(dst.ptr().add(t * rb), rb) };
+                    if let Err(e) = kernels.quantize_activations(wty, &x[t * k..(t + 1) * k], out) {
+                        *err.lock() = Some(e);
+                    }
+                }
+            });
+            if let Some(e) = err.into_inner() {
+                self.acts = acts;
+                self.bufs[input.0 as usize] = x;
+                return Err(e.into());
+            }
+        }
+        // Units of work: blocks of rows of each projection, dealt to threads round-robin.
+        let mut jobs: Vec<(usize, Range<usize>)> = Vec::new();
+        for (pi, p) in outputs.iter().enumerate() {
+            let rows = self.graph.weight(p.weight).rows;
+            let mut r = 0;
+            while r < rows {
+                let end = (r + MATMUL_BLOCK_ROWS).min(rows);
+                jobs.push((pi, r..end));
+                r = end;
+            }
+        }
+        let mut outs: Vec<(SharedMut<f32>, usize, Vec<f32>)> = Vec::with_capacity(outputs.len());
+        let mut taken = Vec::with_capacity(outputs.len());
+        for p in outputs {
+            let mut buf = std::mem::take(&mut self.bufs[p.out.0 as usize]);
+            let width = self.graph.buffer(p.out).width;
+            outs.push((SharedMut(buf.as_mut_ptr()), width, Vec::new()));
+            taken.push((p.out, buf));
+        }
+        let plan = &*self;
+        let kernels = self.kernels;
+        let err = Mutex::new(None);
+        plan.broadcast(|ti, nt| {
+            let mut scratch = plan.scratch[ti].lock();
+            for (pi, rows) in jobs.iter().skip(ti).step_by(nt) {
+                let p = &outputs[*pi];
+                let w = plan.graph.weight(p.weight);
+                let len = rows.len();
+                if scratch.out.len() < n * len {
+                    scratch.out.resize(n * len, 0.0);
+                }
+                let arb = strata_quant::activation_row_bytes(w.ty, k);
+                let act = acts.iter().find(|(t, _)| *t == Kernels::activation_type(w.ty)).map(|(_, b)| &b[..n * arb]).unwrap_or(&[]);
+                if let Err(e) = kernels.matmul(w.ty, plan.weight_bytes(p.weight), k, rows.clone(), act, n, &mut scratch.out[..n * len]) {
+                    *err.lock() = Some(e);
+                    return;
+                }
+                let bias = p.bias.map(|b| &plan.small(b)[rows.clone()]);
+                let (dst, width, _) = &outs[*pi];
+                for t in 0..n {
+                    // SAFETY: columns `rows` of row t of this projection's output are written only
+                    // by the thread that holds this job; the buffer has at least n rows of width.
+                    let out = unsafe { std::slice::from_raw_parts_mut(dst.ptr().add(t * width + rows.start), len) };
+                    let src = &scratch.out[t * len..(t + 1) * len];
+                    match bias {
+                        Some(b) => out.iter_mut().zip(src.iter().zip(b)).for_each(|(o, (s, b))| *o = s + b),
+                        None => out.copy_from_slice(src),
+                    }
+                }
+            }
+        });
+        for (id, buf) in taken {
+            self.bufs[id.0 as usize] = buf;
+        }
+        self.acts = acts;
+        self.bufs[input.0 as usize] = x;
+        match err.into_inner() {
+            Some(e) => Err(e.into()),
+            None => Ok(()),
+        }
+    }
+
+    fn attention(&mut self, layer: usize, q: BufId, out: BufId, b: &StepBatch<'_>) {
+        let hp = &self.graph.hparams;
+        let (n_heads, hd, group) = (hp.n_heads, hp.head_dim, hp.n_heads / hp.n_kv_heads);
+        let qw = hp.q_width();
+        let scale = self.graph.attention_scale;
+        let bs = self.opts.block_size;
+        let n = b.len();
+        let qbuf = std::mem::take(&mut self.bufs[q.0 as usize]);
+        let mut obuf = std::mem::take(&mut self.bufs[out.0 as usize]);
+        let dst = SharedMut(obuf.as_mut_ptr());
+        let plan = &*self;
+        let items = n * n_heads;
+        let work = |ti: usize, nt: usize| {
+            let mut scratch = plan.scratch[ti].lock();
+            for item in (ti..items).step_by(nt) {
+                let (t, h) = (item / n_heads, item % n_heads);
+                let kvh = h / group;
+                let table = b.block_tables[b.seq_of_token[t] as usize];
+                let len = b.positions[t] as usize + 1;
+                let qv = &qbuf[t * qw + h * hd..t * qw + (h + 1) * hd];
+                if scratch.scores.len() < len {
+                    scratch.scores.resize(len, 0.0);
+                }
+                if scratch.q_rounded.len() < hd {
+                    scratch.q_rounded.resize(hd, 0.0);
+                }
+                let Scratch { scores, q_rounded, .. } = &mut *scratch;
+                // SAFETY: rows t's head h columns are written by the one thread holding this item.
+                let o = unsafe { std::slice::from_raw_parts_mut(dst.ptr().add(t * qw + h * hd), hd) };
+                ops::attend_one(&plan.kernels, &plan.kv, layer, table, bs, kvh * hd, qv, scale, &mut scores[..len], &mut q_rounded[..hd], o);
+            }
+        };
+        if items >= 2 && self.threads > 1 {
+            plan.broadcast(work);
+        } else {
+            work(0, 1);
+        }
+        self.bufs[q.0 as usize] = qbuf;
+        self.bufs[out.0 as usize] = obuf;
+    }
+
+    fn prepare_rope(&mut self, b: &StepBatch<'_>) {
+        let half = self.inv_freq.len();
+        for (t, &pos) in b.positions.iter().enumerate() {
+            for (i, f) in self.inv_freq.iter().enumerate() {
+                let theta = pos as f32 * f;
+                let (s, c) = theta.sin_cos();
+                self.rope_cos[t * half + i] = c;
+                self.rope_sin[t * half + i] = s;
+            }
+        }
+    }
+}
+
+/// Weight types the CPU kernels multiply.
+fn matmul_supported(ty: GgmlType) -> bool {
+    use GgmlType::*;
+    matches!(ty, F32 | F16 | BF16 | Q8_0 | Q4_0 | Q4_1 | Q4_K | Q5_K | Q6_K)
+}
+
+fn bad_weight(w: &WeightRef) -> DeviceError {
+    DeviceError::Unsupported { device: "cpu".into(), what: format!("weight {} lies outside the file", w.name) }
+}
+
+impl ForwardPlan for CpuPlan {
+    fn forward(&mut self, b: &StepBatch<'_>) -> Result<&[f32], DeviceError> {
+        self.validate(b)?;
+        let n = b.len();
+        let n_out = b.output_rows.len();
+        self.prepare_rope(b);
+        let ops = std::mem::take(&mut self.graph.ops);
+        let result = self.run_ops(&ops, b, n, n_out);
+        self.graph.ops = ops;
+        result?;
+        let vocab = self.graph.hparams.vocab_size;
+        Ok(&self.bufs[self.graph.logits.0 as usize][..n_out * vocab])
+    }
+
+    fn device_name(&self) -> String {
+        "cpu".to_string()
+    }
+
+    fn max_batch_tokens(&self) -> usize {
+        self.opts.max_batch_tokens
+    }
+}
+
+impl CpuPlan {
+    fn run_ops(&mut self, ops: &[Op], b: &StepBatch<'_>, n: usize, n_out: usize) -> Result<(), DeviceError> {
+        let hp = self.graph.hparams.clone();
+        for op in ops {
+            match op {
+                Op::Embed { table, out } => {
+                    let w = &self.weights[table.0 as usize].w;
+                    let (ty, d) = (w.ty, w.cols);
+                    let row_bytes = self.weights[table.0 as usize].row_bytes;
+                    let mut o = std::mem::take(&mut self.bufs[out.0 as usize]);
+                    let bytes = self.weight_bytes(*table);
+                    let mut res = Ok(());
+                    for (t, &tok) in b.tokens.iter().enumerate() {
+                        let src = &bytes[tok as usize * row_bytes..(tok as usize + 1) * row_bytes];
+                        if let Err(e) = strata_quant::dequantize(ty, src, &mut o[t * d..(t + 1) * d]) {
+                            res = Err(e);
+                            break;
+                        }
+                    }
+                    self.bufs[out.0 as usize] = o;
+                    res?;
+                }
+                Op::RmsNorm { input, weight, out } => {
+                    let rows = self.rows_of(*input, n, n_out);
+                    let d = self.graph.buffer(*input).width;
+                    let x = std::mem::take(&mut self.bufs[input.0 as usize]);
+                    let mut o = std::mem::take(&mut self.bufs[out.0 as usize]);
+                    let dst = SharedMut(o.as_mut_ptr());
+                    let w = self.small(*weight);
+                    self.par_ranges(rows, 16, |r| {
+                        for t in r {
+                            // SAFETY: row t is written by the one thread whose range holds t.
+                            let orow = unsafe { std::slice::from_raw_parts_mut(dst.ptr().add(t * d), d) };
+                            ops::rms_norm(&x[t * d..(t + 1) * d], w, hp.rms_eps, orow);
+                        }
+                    });
+                    self.bufs[input.0 as usize] = x;
+                    self.bufs[out.0 as usize] = o;
+                }
+                Op::MatMul { input, outputs } => self.matmul(*input, outputs, n, n_out)?,
+                Op::HeadNorm { buf, weight, n_heads } => {
+                    let width = self.graph.buffer(*buf).width;
+                    let mut x = std::mem::take(&mut self.bufs[buf.0 as usize]);
+                    let w = self.small(*weight);
+                    let mut tmp = vec![0f32; hp.head_dim];
+                    for t in 0..n {
+                        for h in 0..*n_heads {
+                            let s = t * width + h * hp.head_dim;
+                            ops::rms_norm(&x[s..s + hp.head_dim], w, hp.rms_eps, &mut tmp);
+                            x[s..s + hp.head_dim].copy_from_slice(&tmp);
+                        }
+                    }
+                    self.bufs[buf.0 as usize] = x;
+                }
+                Op::Rope { buf, n_heads } => {
+                    let width = self.graph.buffer(*buf).width;
+                    let half = self.inv_freq.len();
+                    let mut x = std::mem::take(&mut self.bufs[buf.0 as usize]);
+                    for t in 0..n {
+                        let (c, s) = (&self.rope_cos[t * half..(t + 1) * half], &self.rope_sin[t * half..(t + 1) * half]);
+                        for h in 0..*n_heads {
+                            let start = t * width + h * hp.head_dim;
+                            ops::rope(&mut x[start..start + hp.head_dim], c, s, self.graph.rope_style);
+                        }
+                    }
+                    self.bufs[buf.0 as usize] = x;
+                }
+                Op::StoreKv { layer, k, v } => {
+                    let width = hp.kv_width();
+                    let bs = self.opts.block_size;
+                    for t in 0..n {
+                        let table = b.block_tables[b.seq_of_token[t] as usize];
+                        let pos = b.positions[t] as usize;
+                        let cell = (table[pos / bs] as usize * bs + pos % bs) as u64;
+                        for (is_v, buf) in [(false, k), (true, v)] {
+                            let src = &self.bufs[buf.0 as usize][t * width..(t + 1) * width];
+                            // SAFETY: validate() checked the cell lies in the arena; this step's
+                            // sequences own their cells, and only this thread writes them now.
+                            let dst = unsafe { std::slice::from_raw_parts_mut(self.kv.row_ptr(*layer, is_v, cell) as *mut half::f16, width) };
+                            ops::f32_to_f16(src, dst);
+                        }
+                    }
+                }
+                Op::Attention { layer, q, out } => self.attention(*layer, *q, *out, b),
+                Op::SwiGlu { gate, up, out } => {
+                    let d = self.graph.buffer(*out).width;
+                    let g = std::mem::take(&mut self.bufs[gate.0 as usize]);
+                    let u = std::mem::take(&mut self.bufs[up.0 as usize]);
+                    let mut o = std::mem::take(&mut self.bufs[out.0 as usize]);
+                    let dst = SharedMut(o.as_mut_ptr());
+                    self.par_ranges(n, 4, |r| {
+                        // SAFETY: rows r are written only by the thread that holds range r.
+                        let orows = unsafe { std::slice::from_raw_parts_mut(dst.ptr().add(r.start * d), r.len() * d) };
+                        ops::swiglu(&g[r.start * d..r.end * d], &u[r.start * d..r.end * d], orows);
+                    });
+                    self.bufs[gate.0 as usize] = g;
+                    self.bufs[up.0 as usize] = u;
+                    self.bufs[out.0 as usize] = o;
+                }
+                Op::Add { acc, other } => {
+                    let d = self.graph.buffer(*acc).width;
+                    let rows = self.rows_of(*acc, n, n_out);
+                    let o = std::mem::take(&mut self.bufs[other.0 as usize]);
+                    for (a, b) in self.bufs[acc.0 as usize][..rows * d].iter_mut().zip(&o[..rows * d]) {
+                        *a += b;
+                    }
+                    self.bufs[other.0 as usize] = o;
+                }
+                Op::SelectRows { input, out } => {
+                    let d = self.graph.buffer(*input).width;
+                    let x = std::mem::take(&mut self.bufs[input.0 as usize]);
+                    let o = &mut self.bufs[out.0 as usize];
+                    for (i, &r) in b.output_rows.iter().enumerate() {
+                        let r = r as usize;
+                        o[i * d..(i + 1) * d].copy_from_slice(&x[r * d..(r + 1) * d]);
+                    }
+                    self.bufs[input.0 as usize] = x;
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,141 @@
+//! KV arena memory. The arena is one allocation (in chunks) made by the device that exports it;
+//! another device imports the same memory and reads it in place. This module holds the CPU
+//! device's half: page-aligned host memory that Vulkan can import with
+//! `VK_EXT_external_memory_host`.
+
+use std::alloc::{self, Layout};
+use std::ptr::NonNull;
+
+use crate::DeviceError;
+
+/// Host pages are the unit of import for `VK_EXT_external_memory_host`.
+pub const HOST_PAGE_BYTES: usize = 4096;
+
+/// Where one layer's K or V tensor lies in the arena.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct KvTensorPlace {
+    pub chunk: usize,
+    pub offset_bytes: u64,
+    pub bytes: u64,
+}
+
+/// The placement of every layer's K and V tensors, one row of `row_stride_bytes` per cell.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KvPlacement {
+    pub chunk_bytes: Vec<u64>,
+    pub k: Vec<KvTensorPlace>,
+    pub v: Vec<KvTensorPlace>,
+    pub row_stride_bytes: u64,
+    pub n_cells: u64,
+}
+
+/// One page-aligned, zeroed host allocation.
+struct HostChunk {
+    ptr: NonNull<u8>,
+    layout: Layout,
+}
+
+impl Drop for HostChunk {
+    fn drop(&mut self) {
+        // SAFETY: `ptr` was returned by `alloc_zeroed` with exactly `layout` and is freed once.
+        unsafe { alloc::dealloc(self.ptr.as_ptr(), self.layout) }
+    }
+}
+
+/// The KV arena in host memory.
+///
+/// Cells are written by the device thread that owns them (the KV broker hands ownership out by
+/// message, and a cell is never owned twice), so the memory is shared without a lock; the
+/// `unsafe` accessors state that contract.
+pub struct HostKvMemory {
+    chunks: Vec<HostChunk>,
+    placement: KvPlacement,
+}
+
+// SAFETY: the chunks are plain heap memory owned by this value; concurrent access to cells is
+// governed by the arena's ownership rules, which the unsafe accessors make the caller uphold.
+unsafe impl Send for HostKvMemory {}
+// SAFETY: as above; shared references hand out raw pointers only through unsafe methods.
+unsafe impl Sync for HostKvMemory {}
+
+impl HostKvMemory {
+    /// Allocates zeroed, page-aligned chunks for `placement`.
+    ///
+    /// # Errors
+    /// [`DeviceError::OutOfMemory`] when an allocation fails, and [`DeviceError::BadBatch`] when a
+    /// tensor of the placement lies outside its chunk.
+    pub fn allocate(placement: KvPlacement) -> Result<Self, DeviceError> {
+        for p in placement.k.iter().chain(&placement.v) {
+            let size = placement.chunk_bytes.get(p.chunk).copied().unwrap_or(0);
+            let needed = placement.row_stride_bytes.checked_mul(placement.n_cells);
+            let end = p.offset_bytes.checked_add(p.bytes);
+            if end.is_none_or(|e| e > size) || needed.is_none_or(|n| n > p.bytes) {
+                return Err(DeviceError::BadBatch(format!("KV tensor placement {p:?} does not fit its chunk of {size} bytes")));
+            }
+        }
+        let mut chunks = Vec::with_capacity(placement.chunk_bytes.len());
+        for &bytes in &placement.chunk_bytes {
+            let size = usize::try_from(bytes.max(1)).map_err(|_| oom(bytes))?;
+            let layout = Layout::from_size_align(size, HOST_PAGE_BYTES).map_err(|_| oom(bytes))?;
+            // SAFETY: `layout` has a nonzero size.
+            let raw = unsafe { alloc::alloc_zeroed(layout) };
+            let ptr = NonNull::new(raw).ok_or_else(|| oom(bytes))?;
+            chunks.push(HostChunk { ptr, layout });
+        }
+        Ok(HostKvMemory { chunks, placement })
+    }
+
+    /// The placement this memory was allocated for.
+    pub fn placement(&self) -> &KvPlacement {
+        &self.placement
+    }
+
+    /// Total bytes allocated.
+    pub fn total_bytes(&self) -> u64 {
+        self.placement.chunk_bytes.iter().sum()
+    }
+
+    /// Base pointer and length of chunk `i`, for export to another device.
+    pub fn chunk_raw(&self, i: usize) -> Option<(*mut u8, usize)> {
+        self.chunks.get(i).map(|c| (c.ptr.as_ptr(), c.layout.size()))
+    }
+
+    /// Pointer to the row of `cell` in `layer`'s K (`v == false`) or V tensor.
+    ///
+    /// # Safety
+    /// `layer` and `cell` must be in range (`cell < n_cells`). The caller may write through the
+    /// pointer only for cells its device owns, and may read only cells no one is writing.
+    pub unsafe fn row_ptr(&self, layer: usize, v: bool, cell: u64) -> *mut u8 {
+        let p = if v { &self.placement.v[layer] } else { &self.placement.k[layer] };
+        let base = self.chunks[p.chunk].ptr.as_ptr();
+        // SAFETY: `allocate` checked that the tensor, n_cells rows of row_stride_bytes, lies inside
+        // its chunk, and the caller guarantees cell < n_cells.
+        unsafe { base.add((p.offset_bytes + cell * self.placement.row_stride_bytes) as usize) }
+    }
+}
+
+fn oom(bytes: u64) -> DeviceError {
+    DeviceError::OutOfMemory { device: "cpu".into(), bytes, what: "KV arena chunk".into() }
+}
+
+impl KvPlacement {
+    /// The K and V placements of a KV arena layout (f16 layouts; int8 scale tensors are not read
+    /// by the CPU device yet).
+    ///
+    /// # Errors
+    /// [`DeviceError::Unsupported`] for a layout whose dtype the CPU device cannot read.
+    pub fn from_layout(layout: &strata_kv::KvLayout) -> Result<KvPlacement, DeviceError> {
+        use strata_kv::{KvDtype, KvTensorKind};
+        if layout.params.shape.dtype != KvDtype::F16 {
+            return Err(DeviceError::Unsupported { device: "cpu".into(), what: format!("a {} KV cache (only f16 for now)", layout.params.shape.dtype) });
+        }
+        let n_layers = layout.params.shape.n_layers;
+        let place = |layer: u32, kind| {
+            layout.place(layer, kind).map(|p| KvTensorPlace { chunk: p.chunk as usize, offset_bytes: p.offset_bytes, bytes: p.bytes }).ok_or_else(|| DeviceError::Unsupported { device: "cpu".into(), what: format!("KV layout lacks {kind:?} of layer {layer}") })
+        };
+        let k = (0..n_layers).map(|l| place(l, KvTensorKind::K)).collect::<Result<Vec<_>, _>>()?;
+        let v = (0..n_layers).map(|l| place(l, KvTensorKind::V)).collect::<Result<Vec<_>, _>>()?;
+        let row_stride_bytes = layout.place(0, KvTensorKind::K).map_or(0, |p| p.row_stride_bytes);
+        Ok(KvPlacement { chunk_bytes: layout.chunks.clone(), k, v, row_stride_bytes, n_cells: layout.params.n_cells })
+    }
+}

@@ -1,0 +1,94 @@
+//! The device layer. Each device compiles the model's [`ForwardGraph`](strata_model::ForwardGraph)
+//! into a plan it replays step after step ([`ForwardPlan`]); the KV arena's memory is allocated by
+//! one device and may be imported by another ([`kv_memory`]).
+//!
+//! | device | folder | state |
+//! |---|---|---|
+//! | `cpu` | [`cpu`] | the reference; SIMD chosen at run time |
+//! | `vulkan` | `vulkan/` | arrives with its issue |
+//! | `cuda`, `hip` | `native/` | arrive with their issue |
+
+pub mod cpu;
+pub mod kv_memory;
+
+use std::fmt;
+
+/// Why a device could not do what was asked. Device errors are values: the server reports them and
+/// keeps running.
+#[derive(Debug, thiserror::Error)]
+pub enum DeviceError {
+    #[error("device {device}: {what}")]
+    Unsupported { device: String, what: String },
+    #[error("device {device}: out of memory allocating {bytes} bytes for {what}")]
+    OutOfMemory { device: String, bytes: u64, what: String },
+    #[error("step batch is invalid: {0}")]
+    BadBatch(String),
+    #[error("kernel failed: {0}")]
+    Kernel(#[from] strata_quant::QuantError),
+    #[error("device {0:?} is not available on this machine")]
+    NotAvailable(String),
+}
+
+/// One step's worth of tokens: any mix of prompt chunks and decode tokens of many sequences.
+#[derive(Clone, Copy, Debug)]
+pub struct StepBatch<'a> {
+    /// The token ids, one per row.
+    pub tokens: &'a [u32],
+    /// Each token's position in its sequence.
+    pub positions: &'a [u32],
+    /// Each token's sequence, as an index into `block_tables`.
+    pub seq_of_token: &'a [u32],
+    /// Each sequence's KV block table: the arena blocks holding its positions, in order.
+    pub block_tables: &'a [&'a [u32]],
+    /// The rows (indices into `tokens`) whose logits are wanted, in the order they are returned.
+    pub output_rows: &'a [u32],
+}
+
+impl StepBatch<'_> {
+    /// Number of tokens in the step.
+    pub fn len(&self) -> usize {
+        self.tokens.len()
+    }
+
+    /// Whether the step has no tokens.
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
+    }
+}
+
+/// A compiled forward graph on one device.
+pub trait ForwardPlan: Send {
+    /// Runs one step; returns the logits of `batch.output_rows`, one row of `vocab_size` each.
+    ///
+    /// # Errors
+    /// A malformed batch (lengths that disagree, token ids outside the vocabulary, positions
+    /// beyond a block table) or a device failure. The KV cells of the batch's tokens are then in
+    /// an unspecified state; other sequences' cells are untouched.
+    fn forward(&mut self, batch: &StepBatch<'_>) -> Result<&[f32], DeviceError>;
+
+    /// The device's name, as configured (`cpu`, `vulkan:0`, ...).
+    fn device_name(&self) -> String;
+
+    /// Most tokens one step may hold.
+    fn max_batch_tokens(&self) -> usize;
+}
+
+/// A device named in the configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeviceKind {
+    Cpu,
+    Vulkan(u32),
+    Cuda(u32),
+    Hip(u32),
+}
+
+impl fmt::Display for DeviceKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DeviceKind::Cpu => write!(f, "cpu"),
+            DeviceKind::Vulkan(i) => write!(f, "vulkan:{i}"),
+            DeviceKind::Cuda(i) => write!(f, "cuda:{i}"),
+            DeviceKind::Hip(i) => write!(f, "hip:{i}"),
+        }
+    }
+}

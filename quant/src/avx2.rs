@@ -1,0 +1,671 @@
+//! AVX2 + FMA kernels (`vpmaddubsw` + `vpmaddwd`), for x86-64 CPUs without AVX-512 VNNI.
+//!
+//! Every function here is compiled with AVX2/FMA/F16C enabled and must only be called once
+//! `Kernels` has detected them at run time.
+
+// Micro-tiles index their register arrays by (row, token); iterators would obscure them.
+#![allow(clippy::needless_range_loop)]
+
+use crate::pack::{drive, side_stride, ActPack, Tile, RT};
+use crate::reference::{get_scale_min_k4, QK_K};
+use crate::GgmlType;
+use half::f16;
+use std::arch::x86_64::*;
+
+const Q40: u8 = 0;
+const Q41: u8 = 1;
+const Q80: u8 = 2;
+const Q4K: u8 = 4;
+const Q5K: u8 = 5;
+const Q6K: u8 = 6;
+const F32W: u8 = 10;
+/// Software prefetch distance in bytes for streamed weights.
+const PF_DIST: usize = 8192;
+const F16W: u8 = 11;
+const BF16W: u8 = 12;
+
+/// `out[t * rows.len() + r] = dot(weight row r, activation row t)`.
+///
+/// # Safety
+/// The CPU must support avx2, fma and f16c; the slices must have been validated by
+/// `Kernels::matmul`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn matmul(
+    ty: GgmlType,
+    weights: &[u8],
+    k: usize,
+    rows: std::ops::Range<usize>,
+    acts: &[u8],
+    n_tokens: usize,
+    out: &mut [f32],
+) {
+    let rb = ty.row_bytes(k as u64).unwrap() as usize;
+    let nrows = rows.len();
+    let w0 = weights.as_ptr().add(rows.start * rb);
+    match ty {
+        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => {
+            drive(
+                nrows,
+                n_tokens,
+                |r0, nr, t0, nt| {
+                    let tile = Tile {
+                        w: w0.add(r0 * rb),
+                        rb,
+                        nb: k,
+                        dw: std::ptr::null(),
+                        u: std::ptr::null(),
+                        side: 0,
+                        aq: acts.as_ptr().add(t0 * 4 * k),
+                        astride: 4 * k,
+                        ad: std::ptr::null(),
+                        av: std::ptr::null(),
+                        bs: std::ptr::null(),
+                        out: out.as_mut_ptr().add(t0 * nrows + r0),
+                        ostride: nrows,
+                    };
+                    match ty {
+                        GgmlType::F32 => dispatch_tile!(tile_f, F32W, nr, nt, &tile),
+                        GgmlType::F16 => dispatch_tile!(tile_f, F16W, nr, nt, &tile),
+                        _ => dispatch_tile!(tile_f, BF16W, nr, nt, &tile),
+                    }
+                },
+                |_, _| {},
+            );
+        }
+        GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 => {
+            let pack = ActPack::new(ty, acts, k, n_tokens, 0.0);
+            // Prefill precomputes per-row scale arrays once per row tile and token block;
+            // decode decodes block headers inside the tile loop.
+            let prologue = n_tokens >= crate::pack::TT;
+            let nb = k / 32;
+            let side = side_stride(nb);
+            let mut dw = vec![0f32; RT * side];
+            let mut u = vec![0f32; RT * side];
+            let dwp = dw.as_mut_ptr();
+            let up = u.as_mut_ptr();
+            drive(
+                nrows,
+                n_tokens,
+                |r0, nr, t0, nt| {
+                    let tile = Tile {
+                        w: w0.add(r0 * rb),
+                        rb,
+                        nb,
+                        dw: dwp,
+                        u: up,
+                        side,
+                        aq: pack.qs.as_ptr().add(t0 * k),
+                        astride: k,
+                        ad: pack.d.as_ptr().add(t0 * side),
+                        av: pack.v.as_ptr().add(t0 * side),
+                        bs: std::ptr::null(),
+                        out: out.as_mut_ptr().add(t0 * nrows + r0),
+                        ostride: nrows,
+                    };
+                    match ty {
+                        GgmlType::Q4_0 if !prologue => dispatch_tile!(tile_b32_inline, Q40, nr, nt, &tile),
+                        GgmlType::Q4_1 if !prologue => dispatch_tile!(tile_b32_inline, Q41, nr, nt, &tile),
+                        GgmlType::Q8_0 if !prologue => dispatch_tile!(tile_b32_inline, Q80, nr, nt, &tile),
+                        GgmlType::Q4_0 => dispatch_tile!(tile_b32, Q40, nr, nt, &tile),
+                        GgmlType::Q4_1 => dispatch_tile!(tile_b32, Q41, nr, nt, &tile),
+                        _ => dispatch_tile!(tile_b32, Q80, nr, nt, &tile),
+                    }
+                },
+                |r0, nr| {
+                    if !prologue {
+                        return;
+                    }
+                    for r in 0..nr {
+                        weight_sides(ty, w0.add((r0 + r) * rb), nb, dwp.add(r * side), up.add(r * side), side);
+                    }
+                },
+            );
+        }
+        _ => {
+            let pack = ActPack::new(ty, acts, k, n_tokens, 0.0);
+            let nsb = k / QK_K;
+            let side = pack.stride;
+            drive(
+                nrows,
+                n_tokens,
+                |r0, nr, t0, nt| {
+                    let tile = Tile {
+                        w: w0.add(r0 * rb),
+                        rb,
+                        nb: nsb,
+                        dw: std::ptr::null(),
+                        u: std::ptr::null(),
+                        side,
+                        aq: pack.qs.as_ptr().add(t0 * k),
+                        astride: k,
+                        ad: pack.d.as_ptr().add(t0 * side),
+                        av: std::ptr::null(),
+                        bs: pack.bsums.as_ptr().add(t0 * nsb * 16),
+                        out: out.as_mut_ptr().add(t0 * nrows + r0),
+                        ostride: nrows,
+                    };
+                    match ty {
+                        GgmlType::Q4_K => dispatch_tile!(tile_k, Q4K, nr, nt, &tile),
+                        GgmlType::Q5_K => dispatch_tile!(tile_k, Q5K, nr, nt, &tile),
+                        _ => dispatch_tile!(tile_k, Q6K, nr, nt, &tile),
+                    }
+                },
+                |_, _| {},
+            );
+        }
+    }
+}
+
+/// Per-row side arrays of a 32-block row (see `pack::weight_sides`), 8 blocks per gather.
+/// # Safety
+/// The CPU must have the features in this function's `target_feature` attribute, and
+/// every pointer must be valid for the reads and writes its arguments describe.
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn weight_sides(ty: GgmlType, row: *const u8, nb: usize, dw: *mut f32, u: *mut f32, side: usize) {
+    let bb = ty.block_bytes() as i32;
+    let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    let lo16 = _mm256_setr_epi8(
+        0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1, 0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1,
+    );
+    let mut b = 0;
+    while b < side {
+        let bi = _mm256_add_epi32(lanes, _mm256_set1_epi32(b as i32));
+        let m = _mm256_cmpgt_epi32(_mm256_set1_epi32(nb as i32), bi);
+        let idx = _mm256_mullo_epi32(bi, _mm256_set1_epi32(bb));
+        let x = _mm256_mask_i32gather_epi32::<1>(_mm256_setzero_si256(), row as *const i32, idx, m);
+        let to_f = |v: __m256i| {
+            let p = _mm256_permute4x64_epi64::<0b1000>(_mm256_shuffle_epi8(v, lo16));
+            _mm256_cvtph_ps(_mm256_castsi256_si128(p))
+        };
+        let d = to_f(x);
+        _mm256_storeu_ps(dw.add(b), d);
+        if ty == GgmlType::Q4_1 {
+            _mm256_storeu_ps(u.add(b), to_f(_mm256_srli_epi32::<16>(x)));
+        } else {
+            _mm256_storeu_ps(u.add(b), d);
+        }
+        b += 8;
+    }
+}
+
+/// f16 at `p` to f32 with F16C.
+/// # Safety
+/// The CPU must have the features in this function's `target_feature` attribute, and
+/// every pointer must be valid for the reads and writes its arguments describe.
+#[inline]
+#[target_feature(enable = "f16c")]
+unsafe fn h2f(p: *const u8) -> f32 {
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128((p as *const u16).read_unaligned() as i32)))
+}
+
+/// # Safety
+/// The CPU must have the features in this function's `target_feature` attribute, and
+/// every pointer must be valid for the reads and writes its arguments describe.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn hsum(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    _mm_cvtss_f32(s)
+}
+
+/// R rows x T tokens of a 32-block weight type against its repacked 8-bit activations.
+/// # Safety
+/// The CPU must have the features in this function's `target_feature` attribute, and
+/// every pointer must be valid for the reads and writes its arguments describe.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn tile_b32<const W: u8, const R: usize, const T: usize>(p: &Tile) {
+    let ones = _mm256_set1_epi16(1);
+    let m0f = _mm256_set1_epi8(0x0f);
+    let shifts = _mm256_set_epi64x(4, 4, 0, 0);
+    let mut acc = [[_mm256_setzero_ps(); T]; R];
+    let nb = p.nb;
+    for b in 0..nb {
+        let mut wv = [_mm256_setzero_si256(); R];
+        let mut wsign = [_mm256_setzero_si256(); R];
+        let mut dwv = [_mm256_setzero_ps(); R];
+        for r in 0..R {
+            let row = p.w.add(r * p.rb);
+            if W == Q80 {
+                let w = _mm256_loadu_si256(row.add(b * 34 + 2) as *const __m256i);
+                wsign[r] = w;
+                wv[r] = _mm256_sign_epi8(w, w);
+            } else {
+                let (bb, qo) = if W == Q41 { (20, 4) } else { (18, 2) };
+                let q = _mm256_broadcastsi128_si256(_mm_loadu_si128(row.add(b * bb + qo) as *const __m128i));
+                wv[r] = _mm256_and_si256(_mm256_srlv_epi64(q, shifts), m0f);
+            }
+            dwv[r] = _mm256_set1_ps(*p.dw.add(r * p.side + b));
+        }
+        for t in 0..T {
+            let a = _mm256_loadu_si256(p.aq.add(t * p.astride + 32 * b) as *const __m256i);
+            let da = _mm256_set1_ps(*p.ad.add(t * p.side + b));
+            for r in 0..R {
+                let a2 = if W == Q80 { _mm256_sign_epi8(a, wsign[r]) } else { a };
+                let dot = _mm256_madd_epi16(_mm256_maddubs_epi16(wv[r], a2), ones);
+                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(dwv[r], da), acc[r][t]);
+            }
+        }
+    }
+    if W != Q80 {
+        let mut c = 0;
+        while c < nb {
+            for r in 0..R {
+                let u = _mm256_loadu_ps(p.u.add(r * p.side + c));
+                for t in 0..T {
+                    acc[r][t] = _mm256_fmadd_ps(u, _mm256_loadu_ps(p.av.add(t * p.side + c)), acc[r][t]);
+                }
+            }
+            c += 8;
+        }
+    }
+    for r in 0..R {
+        for t in 0..T {
+            *p.out.add(t * p.ostride + r) = hsum(acc[r][t]);
+        }
+    }
+}
+
+/// Like `tile_b32`, but reads the block scales inside the loop (no per-row prologue) and
+/// folds the bias in lane-wise: for decode.
+/// # Safety
+/// The CPU must have the features in this function's `target_feature` attribute, and
+/// every pointer must be valid for the reads and writes its arguments describe.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn tile_b32_inline<const W: u8, const R: usize, const T: usize>(p: &Tile) {
+    let ones = _mm256_set1_epi16(1);
+    let m0f = _mm256_set1_epi8(0x0f);
+    let shifts = _mm256_set_epi64x(4, 4, 0, 0);
+    let (bb, qo) = match W {
+        Q40 => (18, 2),
+        Q41 => (20, 4),
+        _ => (34, 2),
+    };
+    let mut acc = [[_mm256_setzero_ps(); T]; R];
+    // Q4_1's min terms accumulate on their own chain.
+    let mut accm = [[_mm256_setzero_ps(); T]; R];
+    for b in 0..p.nb {
+        let mut wv = [_mm256_setzero_si256(); R];
+        let mut wsign = [_mm256_setzero_si256(); R];
+        let mut dwv = [_mm256_setzero_ps(); R];
+        let mut mv = [_mm256_setzero_ps(); R];
+        for r in 0..R {
+            let blk = p.w.add(r * p.rb + b * bb);
+            _mm_prefetch::<_MM_HINT_T0>(blk.wrapping_add(PF_DIST) as *const i8);
+            if W == Q80 {
+                let w = _mm256_loadu_si256(blk.add(2) as *const __m256i);
+                wsign[r] = w;
+                wv[r] = _mm256_sign_epi8(w, w);
+            } else {
+                let q = _mm256_broadcastsi128_si256(_mm_loadu_si128(blk.add(qo) as *const __m128i));
+                wv[r] = _mm256_and_si256(_mm256_srlv_epi64(q, shifts), m0f);
+            }
+            dwv[r] = _mm256_set1_ps(h2f(blk));
+            if W == Q41 {
+                mv[r] = _mm256_set1_ps(h2f(blk.add(2)));
+            }
+        }
+        for t in 0..T {
+            let a = _mm256_loadu_si256(p.aq.add(t * p.astride + 32 * b) as *const __m256i);
+            let da = _mm256_set1_ps(*p.ad.add(t * p.side + b));
+            let sv = _mm256_set1_ps(*p.av.add(t * p.side + b) * 0.125);
+            for r in 0..R {
+                let a2 = if W == Q80 { _mm256_sign_epi8(a, wsign[r]) } else { a };
+                let dot = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(wv[r], a2), ones));
+                acc[r][t] = match W {
+                    Q80 => _mm256_fmadd_ps(dot, _mm256_mul_ps(dwv[r], da), acc[r][t]),
+                    Q41 => {
+                        accm[r][t] = _mm256_fmadd_ps(mv[r], sv, accm[r][t]);
+                        _mm256_fmadd_ps(dot, _mm256_mul_ps(dwv[r], da), acc[r][t])
+                    }
+                    _ => _mm256_fmadd_ps(dwv[r], _mm256_fmadd_ps(dot, da, sv), acc[r][t]),
+                };
+            }
+        }
+    }
+    for r in 0..R {
+        for t in 0..T {
+            *p.out.add(t * p.ostride + r) = hsum(_mm256_add_ps(acc[r][t], accm[r][t]));
+        }
+    }
+}
+
+/// R rows x T tokens of a K-quant weight type against repacked Q8_K activations.
+/// # Safety
+/// The CPU must have the features in this function's `target_feature` attribute, and
+/// every pointer must be valid for the reads and writes its arguments describe.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn tile_k<const W: u8, const R: usize, const T: usize>(p: &Tile) {
+    let bb = match W {
+        Q4K => 144,
+        Q5K => 176,
+        _ => 210,
+    };
+    let m0f = _mm256_set1_epi8(0x0f);
+    let three = _mm256_set1_epi8(3);
+    let sixteen = _mm256_set1_epi8(16);
+    let mut acc = [[_mm256_setzero_ps(); T]; R];
+    for sb in 0..p.nb {
+        let mut d = [0f32; R];
+        let mut dmin = [0f32; R];
+        let mut sc = [[0i16; 16]; R];
+        let mut side16 = [_mm256_setzero_si256(); R];
+        let mut blk = [std::ptr::null::<u8>(); R];
+        for r in 0..R {
+            let bp = p.w.add(r * p.rb + sb * bb);
+            blk[r] = bp;
+            let bsl = std::slice::from_raw_parts(bp, bb);
+            if W == Q6K {
+                d[r] = h2f(bp.add(208));
+                for (i, s) in sc[r].iter_mut().enumerate() {
+                    *s = bsl[192 + i] as i8 as i16;
+                }
+                side16[r] = _mm256_loadu_si256(sc[r].as_ptr() as *const __m256i);
+            } else {
+                d[r] = h2f(bp);
+                dmin[r] = h2f(bp.add(2));
+                let mut mm = [0i16; 16];
+                for j in 0..8 {
+                    let (s, m) = get_scale_min_k4(j, &bsl[4..16]);
+                    sc[r][j] = s as i16;
+                    mm[2 * j] = m as i16;
+                    mm[2 * j + 1] = m as i16;
+                }
+                side16[r] = _mm256_loadu_si256(mm.as_ptr() as *const __m256i);
+            }
+        }
+        let mut iacc = [[_mm256_setzero_si256(); T]; R];
+        for v in 0..8 {
+            let mut wv = [_mm256_setzero_si256(); R];
+            let mut scv = [_mm256_setzero_si256(); R];
+            for r in 0..R {
+                let bp = blk[r];
+                _mm_prefetch::<_MM_HINT_T0>(bp.wrapping_add(32 * v + PF_DIST) as *const i8);
+                match W {
+                    Q6K => {
+                        // vector v covers elements 32v..32v+32: half n, quarter m.
+                        let (n, m) = (v / 4, v % 4);
+                        let ql = _mm256_loadu_si256(bp.add(64 * n + 32 * (m % 2)) as *const __m256i);
+                        let qh = _mm256_loadu_si256(bp.add(128 + 32 * n) as *const __m256i);
+                        let lo = if m < 2 { _mm256_and_si256(ql, m0f) } else { _mm256_and_si256(_mm256_srli_epi16::<4>(ql), m0f) };
+                        let h = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * m as i32)), three);
+                        wv[r] = _mm256_or_si256(lo, _mm256_slli_epi16::<4>(h));
+                        let s0 = sc[r][2 * v];
+                        let s1 = sc[r][2 * v + 1];
+                        scv[r] = _mm256_set_m128i(_mm_set1_epi16(s1), _mm_set1_epi16(s0));
+                    }
+                    _ => {
+                        let j = v / 2;
+                        let qo = if W == Q5K { 48 } else { 16 };
+                        let q = _mm256_loadu_si256(bp.add(qo + 32 * j) as *const __m256i);
+                        let mut w = if v % 2 == 0 { _mm256_and_si256(q, m0f) } else { _mm256_and_si256(_mm256_srli_epi16::<4>(q), m0f) };
+                        if W == Q5K {
+                            let hv = _mm256_loadu_si256(bp.add(16) as *const __m256i);
+                            let bit = _mm256_set1_epi8((1u8 << v) as i8);
+                            let set = _mm256_cmpeq_epi8(_mm256_and_si256(hv, bit), bit);
+                            w = _mm256_or_si256(w, _mm256_and_si256(set, sixteen));
+                        }
+                        wv[r] = w;
+                        scv[r] = _mm256_set1_epi16(sc[r][v]);
+                    }
+                }
+            }
+            for t in 0..T {
+                let a = _mm256_loadu_si256(p.aq.add(t * p.astride + sb * QK_K + 32 * v) as *const __m256i);
+                for r in 0..R {
+                    let prod = _mm256_maddubs_epi16(wv[r], a);
+                    iacc[r][t] = _mm256_add_epi32(iacc[r][t], _mm256_madd_epi16(prod, scv[r]));
+                }
+            }
+        }
+        for t in 0..T {
+            let da = *p.ad.add(t * p.side + sb);
+            let bs = _mm256_loadu_si256(p.bs.add((t * p.nb + sb) * 16) as *const __m256i);
+            for r in 0..R {
+                let s = _mm256_madd_epi16(bs, side16[r]);
+                if W == Q6K {
+                    let i = _mm256_sub_epi32(iacc[r][t], _mm256_slli_epi32::<5>(s));
+                    acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), _mm256_set1_ps(d[r] * da), acc[r][t]);
+                } else {
+                    acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iacc[r][t]), _mm256_set1_ps(d[r] * da), acc[r][t]);
+                    acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(-dmin[r] * da), acc[r][t]);
+                }
+            }
+        }
+    }
+    for r in 0..R {
+        for t in 0..T {
+            *p.out.add(t * p.ostride + r) = hsum(acc[r][t]);
+        }
+    }
+}
+
+/// # Safety
+/// The CPU must have the features in this function's `target_feature` attribute, and
+/// every pointer must be valid for the reads and writes its arguments describe.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn load_wf<const W: u8>(p: *const u8, i: usize) -> __m256 {
+    match W {
+        F32W => _mm256_loadu_ps(p.add(4 * i) as *const f32),
+        F16W => _mm256_cvtph_ps(_mm_loadu_si128(p.add(2 * i) as *const __m128i)),
+        _ => _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(_mm_loadu_si128(
+            p.add(2 * i) as *const __m128i
+        )))),
+    }
+}
+
+/// R rows x T tokens of a float weight type against f32 activations.
+/// # Safety
+/// The CPU must have the features in this function's `target_feature` attribute, and
+/// every pointer must be valid for the reads and writes its arguments describe.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn tile_f<const W: u8, const R: usize, const T: usize>(p: &Tile) {
+    let k = p.nb;
+    let mut acc = [[_mm256_setzero_ps(); T]; R];
+    let mut i = 0;
+    while i + 8 <= k {
+        let mut wv = [_mm256_setzero_ps(); R];
+        for r in 0..R {
+            let row = p.w.add(r * p.rb);
+            _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(4 * i + PF_DIST) as *const i8);
+            wv[r] = load_wf::<W>(row, i);
+        }
+        for t in 0..T {
+            let a = _mm256_loadu_ps(p.aq.add(t * p.astride + 4 * i) as *const f32);
+            for r in 0..R {
+                acc[r][t] = _mm256_fmadd_ps(wv[r], a, acc[r][t]);
+            }
+        }
+        i += 8;
+    }
+    for r in 0..R {
+        for t in 0..T {
+            let mut s = hsum(acc[r][t]);
+            let row = p.w.add(r * p.rb);
+            let a = p.aq.add(t * p.astride);
+            for j in i..k {
+                let wv = match W {
+                    F32W => (row.add(4 * j) as *const f32).read_unaligned(),
+                    F16W => f16::from_bits((row.add(2 * j) as *const u16).read_unaligned()).to_f32(),
+                    _ => f32::from_bits(((row.add(2 * j) as *const u16).read_unaligned() as u32) << 16),
+                };
+                s += wv * (a.add(4 * j) as *const f32).read_unaligned();
+            }
+            *p.out.add(t * p.ostride + r) = s;
+        }
+    }
+}
+
+/// # Safety
+/// avx2 and fma must be available; `a.len() == b.len()`.
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len();
+    let (mut s0, mut s1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+    let mut i = 0;
+    while i + 16 <= n {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a.as_ptr().add(i)), _mm256_loadu_ps(b.as_ptr().add(i)), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a.as_ptr().add(i + 8)), _mm256_loadu_ps(b.as_ptr().add(i + 8)), s1);
+        i += 16;
+    }
+    let mut s = hsum(_mm256_add_ps(s0, s1));
+    while i < n {
+        s += a[i] * b[i];
+        i += 1;
+    }
+    s
+}
+
+/// # Safety
+/// avx2, fma and f16c must be available; `a.len() == b.len()`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_f16_f32(a: &[f16], b: &[f32]) -> f32 {
+    let n = a.len();
+    let ap = a.as_ptr() as *const __m128i;
+    let (mut s0, mut s1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+    let mut i = 0;
+    while i + 16 <= n {
+        let a0 = _mm256_cvtph_ps(_mm_loadu_si128(ap.add(i / 8)));
+        let a1 = _mm256_cvtph_ps(_mm_loadu_si128(ap.add(i / 8 + 1)));
+        s0 = _mm256_fmadd_ps(a0, _mm256_loadu_ps(b.as_ptr().add(i)), s0);
+        s1 = _mm256_fmadd_ps(a1, _mm256_loadu_ps(b.as_ptr().add(i + 8)), s1);
+        i += 16;
+    }
+    let mut s = hsum(_mm256_add_ps(s0, s1));
+    while i < n {
+        s += a[i].to_f32() * b[i];
+        i += 1;
+    }
+    s
+}
+
+/// # Safety
+/// avx2, fma and f16c must be available; `out.len() == x.len()`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn axpy_f16(out: &mut [f32], alpha: f32, x: &[f16]) {
+    let n = out.len();
+    let va = _mm256_set1_ps(alpha);
+    let mut i = 0;
+    while i + 8 <= n {
+        let xv = _mm256_cvtph_ps(_mm_loadu_si128(x.as_ptr().add(i) as *const __m128i));
+        let o = _mm256_loadu_ps(out.as_ptr().add(i));
+        _mm256_storeu_ps(out.as_mut_ptr().add(i), _mm256_fmadd_ps(va, xv, o));
+        i += 8;
+    }
+    while i < n {
+        out[i] += alpha * x[i].to_f32();
+        i += 1;
+    }
+}
+
+/// Quantizes one activation row to Q8_0 / Q8_1 / Q8_K, bit-identical to the reference.
+///
+/// # Safety
+/// avx2 must be available; `dst` must hold exactly the bytes of `src.len()` elements of `ty`.
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn quantize_act(ty: GgmlType, src: &[f32], dst: &mut [u8]) {
+    let sign = _mm256_set1_ps(-0.0);
+    match ty {
+        GgmlType::Q8_0 | GgmlType::Q8_1 => {
+            let (bb, qo) = if ty == GgmlType::Q8_0 { (34, 2) } else { (36, 4) };
+            for (x, y) in src.chunks_exact(32).zip(dst.chunks_exact_mut(bb)) {
+                let v = [0, 1, 2, 3].map(|i| _mm256_loadu_ps(x.as_ptr().add(8 * i)));
+                let mut m = _mm256_andnot_ps(sign, v[0]);
+                for vi in &v[1..] {
+                    m = _mm256_max_ps(m, _mm256_andnot_ps(sign, *vi));
+                }
+                let amax = hmax(m);
+                let d = amax / 127.0;
+                let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+                y[0..2].copy_from_slice(&f16::from_f32(d).to_le_bytes());
+                let idv = _mm256_set1_ps(id);
+                let q = v.map(|vi| roundf_epi32(_mm256_mul_ps(vi, idv)));
+                let q16a = _mm256_packs_epi32(q[0], q[1]);
+                let q16b = _mm256_packs_epi32(q[2], q[3]);
+                let q8 = _mm256_packs_epi16(q16a, q16b);
+                // packs interleave 128-bit lanes: restore element order.
+                let q8 = _mm256_permutevar8x32_epi32(q8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+                _mm256_storeu_si256(y.as_mut_ptr().add(qo) as *mut __m256i, q8);
+                if ty == GgmlType::Q8_1 {
+                    let s = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+                    let s = hsum_i32(s);
+                    y[2..4].copy_from_slice(&f16::from_f32(s as f32 * d).to_le_bytes());
+                }
+            }
+        }
+        _ => {
+            for (x, y) in src.chunks_exact(QK_K).zip(dst.chunks_exact_mut(292)) {
+                let mut m = _mm256_setzero_ps();
+                for i in 0..32 {
+                    m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x.as_ptr().add(8 * i))));
+                }
+                let amax = hmax(m);
+                if amax == 0.0 {
+                    y.fill(0);
+                    continue;
+                }
+                let max = x[x.iter().position(|v| v.abs() == amax).unwrap()];
+                let iscale = -127.0f32 / max;
+                let isv = _mm256_set1_ps(iscale);
+                let lim = _mm256_set1_epi32(127);
+                for g in 0..8 {
+                    let q = [0, 1, 2, 3].map(|i| {
+                        let v = _mm256_mul_ps(isv, _mm256_loadu_ps(x.as_ptr().add(32 * g + 8 * i)));
+                        let r = _mm256_cvtps_epi32(_mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(v));
+                        _mm256_min_epi32(r, lim)
+                    });
+                    let q16a = _mm256_packs_epi32(q[0], q[1]);
+                    let q16b = _mm256_packs_epi32(q[2], q[3]);
+                    let q8 = _mm256_packs_epi16(q16a, q16b);
+                    let q8 = _mm256_permutevar8x32_epi32(q8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+                    _mm256_storeu_si256(y.as_mut_ptr().add(4 + 32 * g) as *mut __m256i, q8);
+                    let s0 = hsum_i32(_mm256_add_epi32(q[0], q[1]));
+                    let s1 = hsum_i32(_mm256_add_epi32(q[2], q[3]));
+                    y[260 + 4 * g..262 + 4 * g].copy_from_slice(&(s0 as i16).to_le_bytes());
+                    y[262 + 4 * g..264 + 4 * g].copy_from_slice(&(s1 as i16).to_le_bytes());
+                }
+                y[0..4].copy_from_slice(&(1.0f32 / iscale).to_le_bytes());
+            }
+        }
+    }
+}
+
+/// # Safety
+/// The CPU must have the features in this function's `target_feature` attribute, and
+/// every pointer must be valid for the reads and writes its arguments describe.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn hmax(v: __m256) -> f32 {
+    let s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+    let s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_max_ss(s, _mm_movehdup_ps(s));
+    _mm_cvtss_f32(s)
+}
+
+/// # Safety
+/// The CPU must have the features in this function's `target_feature` attribute, and
+/// every pointer must be valid for the reads and writes its arguments describe.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn hsum_i32(v: __m256i) -> i32 {
+    let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
+    _mm_cvtsi128_si32(s)
+}
+
+/// `roundf` (half away from zero) of each lane, as i32.
+/// # Safety
+/// The CPU must have the features in this function's `target_feature` attribute, and
+/// every pointer must be valid for the reads and writes its arguments describe.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn roundf_epi32(v: __m256) -> __m256i {
+    let t = _mm256_round_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(v);
+    let frac = _mm256_andnot_ps(_mm256_set1_ps(-0.0), _mm256_sub_ps(v, t));
+    let up = _mm256_cmp_ps::<_CMP_GE_OQ>(frac, _mm256_set1_ps(0.5));
+    let one = _mm256_or_ps(_mm256_set1_ps(1.0), _mm256_and_ps(v, _mm256_set1_ps(-0.0)));
+    _mm256_cvtps_epi32(_mm256_add_ps(t, _mm256_and_ps(up, one)))
+}

@@ -1,0 +1,585 @@
+//! AVX-512 VNNI kernels (`vpdpbusd` for 32-blocks, `vpmaddubsw` + `vpdpwssd` for K-quants).
+//!
+//! Every function here is compiled with the AVX-512 features enabled and must only be called
+//! once `Kernels` has detected them at run time.
+
+// Micro-tiles index their register arrays by (row, token); iterators would obscure them.
+#![allow(clippy::needless_range_loop)]
+
+use crate::pack::{drive, side_stride, ActPack, Tile, RT};
+use crate::reference::{get_scale_min_k4, QK_K};
+use crate::GgmlType;
+use half::f16;
+use std::arch::x86_64::*;
+
+const Q40: u8 = 0;
+const Q41: u8 = 1;
+const Q80: u8 = 2;
+const Q4K: u8 = 4;
+const Q5K: u8 = 5;
+const Q6K: u8 = 6;
+const F32W: u8 = 10;
+/// Software prefetch distance in bytes for streamed weights (measured best 4-8 KiB on Zen).
+pub(crate) const PF_DIST: usize = 8192;
+const F16W: u8 = 11;
+const BF16W: u8 = 12;
+
+/// `out[t * rows.len() + r] = dot(weight row r, activation row t)`.
+///
+/// # Safety
+/// The CPU must support avx512f, avx512bw, avx512vl, avx512vnni, avx2, fma and f16c; the
+/// slices must have been validated by `Kernels::matmul` (lengths consistent with `ty`, `k`).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(crate) unsafe fn matmul(
+    ty: GgmlType,
+    weights: &[u8],
+    k: usize,
+    rows: std::ops::Range<usize>,
+    acts: &[u8],
+    n_tokens: usize,
+    out: &mut [f32],
+) {
+    let rb = ty.row_bytes(k as u64).unwrap() as usize;
+    let nrows = rows.len();
+    let w0 = weights.as_ptr().add(rows.start * rb);
+    match ty {
+        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => {
+            let wk = match ty {
+                GgmlType::F32 => F32W,
+                GgmlType::F16 => F16W,
+                _ => BF16W,
+            };
+            drive(nrows, n_tokens, |r0, nr, t0, nt| {
+                let tile = Tile {
+                    w: w0.add(r0 * rb),
+                    rb,
+                    nb: k,
+                    dw: std::ptr::null(),
+                    u: std::ptr::null(),
+                    side: 0,
+                    aq: acts.as_ptr().add(t0 * 4 * k),
+                    astride: 4 * k,
+                    ad: std::ptr::null(),
+                    av: std::ptr::null(),
+                    bs: std::ptr::null(),
+                    out: out.as_mut_ptr().add(t0 * nrows + r0),
+                    ostride: nrows,
+                };
+                match wk {
+                    F32W => dispatch_tile!(tile_f, F32W, nr, nt, &tile),
+                    F16W => dispatch_tile!(tile_f, F16W, nr, nt, &tile),
+                    _ => dispatch_tile!(tile_f, BF16W, nr, nt, &tile),
+                }
+            }, |_, _| {});
+        }
+        GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 => {
+            let pack = ActPack::new(ty, acts, k, n_tokens, 128.0);
+            // Q4_1 prefill precomputes per-row scale arrays once per row tile and token block;
+            // everything else decodes block headers inside the tile loop.
+            let prologue = n_tokens >= crate::pack::TT;
+            let nb = k / 32;
+            let side = side_stride(nb);
+            let mut dw = vec![0f32; RT * side];
+            let mut u = vec![0f32; RT * side];
+            let dwp = dw.as_mut_ptr();
+            let up = u.as_mut_ptr();
+            drive(
+                nrows,
+                n_tokens,
+                |r0, nr, t0, nt| {
+                    let tile = Tile {
+                        w: w0.add(r0 * rb),
+                        rb,
+                        nb,
+                        dw: dwp,
+                        u: up,
+                        side,
+                        aq: pack.qs.as_ptr().add(t0 * k),
+                        astride: k,
+                        ad: pack.d.as_ptr().add(t0 * side),
+                        av: pack.v.as_ptr().add(t0 * side),
+                        bs: std::ptr::null(),
+                        out: out.as_mut_ptr().add(t0 * nrows + r0),
+                        ostride: nrows,
+                    };
+                    match ty {
+                        GgmlType::Q4_0 if !prologue => dispatch_tile!(tile_b32_inline, Q40, nr, nt, &tile),
+                        GgmlType::Q4_1 if !prologue => dispatch_tile!(tile_b32_inline, Q41, nr, nt, &tile),
+                        GgmlType::Q8_0 if !prologue => dispatch_tile!(tile_b32_inline, Q80, nr, nt, &tile),
+                        GgmlType::Q4_0 => dispatch_tile!(tile_b32, Q40, nr, nt, &tile),
+                        GgmlType::Q4_1 => dispatch_tile!(tile_b32, Q41, nr, nt, &tile),
+                        _ => dispatch_tile!(tile_b32, Q80, nr, nt, &tile),
+                    }
+                },
+                |r0, nr| {
+                    if !prologue {
+                        return;
+                    }
+                    for r in 0..nr {
+                        weight_sides(ty, w0.add((r0 + r) * rb), nb, dwp.add(r * side), up.add(r * side), side);
+                    }
+                },
+            );
+        }
+        _ => {
+            let pack = ActPack::new(ty, acts, k, n_tokens, 0.0);
+            let nsb = k / QK_K;
+            let side = pack.stride;
+            drive(nrows, n_tokens, |r0, nr, t0, nt| {
+                let tile = Tile {
+                    w: w0.add(r0 * rb),
+                    rb,
+                    nb: nsb,
+                    dw: std::ptr::null(),
+                    u: std::ptr::null(),
+                    side,
+                    aq: pack.qs.as_ptr().add(t0 * k),
+                    astride: k,
+                    ad: pack.d.as_ptr().add(t0 * side),
+                    av: std::ptr::null(),
+                    bs: pack.bsums.as_ptr().add(t0 * nsb * 16),
+                    out: out.as_mut_ptr().add(t0 * nrows + r0),
+                    ostride: nrows,
+                };
+                match ty {
+                    GgmlType::Q4_K => dispatch_tile!(tile_k, Q4K, nr, nt, &tile),
+                    GgmlType::Q5_K => dispatch_tile!(tile_k, Q5K, nr, nt, &tile),
+                    _ => dispatch_tile!(tile_k, Q6K, nr, nt, &tile),
+                }
+            }, |_, _| {});
+        }
+    }
+}
+
+/// Per-row side arrays of a 32-block row (see `pack::weight_sides`), 16 blocks per gather.
+/// # Safety
+/// The CPU must have the features in this function's `target_feature` attribute, and
+/// every pointer must be valid for the reads and writes its arguments describe.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
+unsafe fn weight_sides(ty: GgmlType, row: *const u8, nb: usize, dw: *mut f32, u: *mut f32, side: usize) {
+    let bb = ty.block_bytes() as i32;
+    let lanes = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    let mut b = 0;
+    while b < side {
+        let left = nb.saturating_sub(b);
+        let m = tail_mask(left);
+        let idx = _mm512_mullo_epi32(_mm512_add_epi32(lanes, _mm512_set1_epi32(b as i32)), _mm512_set1_epi32(bb));
+        let x = _mm512_mask_i32gather_epi32::<1>(_mm512_setzero_si512(), m, idx, row as *const i32);
+        let d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(x));
+        _mm512_storeu_ps(dw.add(b), d);
+        if ty == GgmlType::Q4_1 {
+            _mm512_storeu_ps(u.add(b), _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32::<16>(x))));
+        } else {
+            _mm512_storeu_ps(u.add(b), d);
+        }
+        b += 16;
+    }
+}
+
+/// f16 at `p` to f32 with F16C.
+/// # Safety
+/// The CPU must have the features in this function's `target_feature` attribute, and
+/// every pointer must be valid for the reads and writes its arguments describe.
+#[inline]
+#[target_feature(enable = "f16c")]
+unsafe fn h2f(p: *const u8) -> f32 {
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128((p as *const u16).read_unaligned() as i32)))
+}
+
+/// # Safety
+/// The CPU must have the features in this function's `target_feature` attribute, and
+/// every pointer must be valid for the reads and writes its arguments describe.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx2")]
+unsafe fn load_w32<const W: u8>(row: *const u8, b: usize, two: bool) -> __m512i {
+    if W == Q80 {
+        let x80 = _mm256_set1_epi8(-128);
+        let lo = _mm256_xor_si256(_mm256_loadu_si256(row.add(b * 34 + 2) as *const __m256i), x80);
+        if two {
+            let hi = _mm256_xor_si256(_mm256_loadu_si256(row.add(b * 34 + 36) as *const __m256i), x80);
+            _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
+        } else {
+            _mm512_zextsi256_si512(lo)
+        }
+    } else {
+        let (bb, qo) = if W == Q41 { (20, 4) } else { (18, 2) };
+        let lo = _mm256_broadcastsi128_si256(_mm_loadu_si128(row.add(b * bb + qo) as *const __m128i));
+        let v = if two {
+            let hi = _mm256_broadcastsi128_si256(_mm_loadu_si128(row.add(b * bb + bb + qo) as *const __m128i));
+            _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
+        } else {
+            _mm512_zextsi256_si512(lo)
+        };
+        _mm512_and_si512(_mm512_srlv_epi64(v, _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0)), _mm512_set1_epi8(0x0f))
+    }
+}
+
+/// R rows x T tokens of a 32-block weight type against its repacked 8-bit activations.
+/// # Safety
+/// The CPU must have the features in this function's `target_feature` attribute, and
+/// every pointer must be valid for the reads and writes its arguments describe.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma")]
+unsafe fn tile_b32<const W: u8, const R: usize, const T: usize>(p: &Tile) {
+    let idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    let mut acc = [[_mm512_setzero_ps(); T]; R];
+    let nb = p.nb;
+    let mut b = 0;
+    while b < nb {
+        let two = b + 1 < nb;
+        let mut wv = [_mm512_setzero_si512(); R];
+        let mut dwv = [_mm512_setzero_ps(); R];
+        for r in 0..R {
+            wv[r] = load_w32::<W>(p.w.add(r * p.rb), b, two);
+            dwv[r] = _mm512_permutexvar_ps(idx, _mm512_loadu_ps(p.dw.add(r * p.side + b)));
+        }
+        for t in 0..T {
+            let a = _mm512_loadu_si512(p.aq.add(t * p.astride + 32 * b) as *const _);
+            let da = _mm512_permutexvar_ps(idx, _mm512_loadu_ps(p.ad.add(t * p.side + b)));
+            for r in 0..R {
+                let dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[r], a);
+                acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dwv[r], da), acc[r][t]);
+            }
+        }
+        b += 2;
+    }
+    let mut c = 0;
+    while c < nb {
+        for r in 0..R {
+            let u = _mm512_loadu_ps(p.u.add(r * p.side + c));
+            for t in 0..T {
+                acc[r][t] = _mm512_fmadd_ps(u, _mm512_loadu_ps(p.av.add(t * p.side + c)), acc[r][t]);
+            }
+        }
+        c += 16;
+    }
+    for r in 0..R {
+        for t in 0..T {
+            *p.out.add(t * p.ostride + r) = _mm512_reduce_add_ps(acc[r][t]);
+        }
+    }
+}
+
+/// Like `tile_b32`, but decodes the block scales inside the loop (no per-row prologue) and
+/// folds the bias in lane-wise: best for decode, and for Q4_0/Q8_0 at any token count.
+/// # Safety
+/// The CPU must have the features in this function's `target_feature` attribute, and
+/// every pointer must be valid for the reads and writes its arguments describe.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn tile_b32_inline<const W: u8, const R: usize, const T: usize>(p: &Tile) {
+    let idx01 = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+    let idx02 = _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0);
+    let idx13 = _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1);
+    let eighth = _mm512_set1_ps(0.125);
+    let bb = match W {
+        Q40 => 18,
+        Q41 => 20,
+        _ => 34,
+    };
+    let mut acc = [[_mm512_setzero_ps(); T]; R];
+    let nb = p.nb;
+    let mut b = 0;
+    while b < nb {
+        let two = b + 1 < nb;
+        let mut wv = [_mm512_setzero_si512(); R];
+        let mut dwv = [_mm512_setzero_ps(); R];
+        let mut mv = [_mm512_setzero_ps(); R];
+        for r in 0..R {
+            let row = p.w.add(r * p.rb);
+            // Stream ahead: decode is DRAM-bound and the hardware prefetcher alone leaves
+            // too few misses in flight.
+            _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(b * bb + PF_DIST) as *const i8);
+            wv[r] = load_w32::<W>(row, b, two);
+            let h0 = (row.add(b * bb) as *const i32).read_unaligned();
+            let h1 = if two { (row.add(b * bb + bb) as *const i32).read_unaligned() } else { 0 };
+            let f = _mm512_castps128_ps512(_mm_cvtph_ps(_mm_insert_epi32::<1>(_mm_cvtsi32_si128(h0), h1)));
+            if W == Q41 {
+                dwv[r] = _mm512_permutexvar_ps(idx02, f);
+                mv[r] = _mm512_permutexvar_ps(idx13, f);
+            } else {
+                // Only the d halves matter (the odd halves are quant bytes).
+                dwv[r] = _mm512_permutexvar_ps(idx02, f);
+            }
+        }
+        for t in 0..T {
+            let a = _mm512_loadu_si512(p.aq.add(t * p.astride + 32 * b) as *const _);
+            let da = _mm512_permutexvar_ps(idx01, _mm512_loadu_ps(p.ad.add(t * p.side + b)));
+            // v / 8 in each of the 8 lanes of its block.
+            let sv = _mm512_mul_ps(_mm512_permutexvar_ps(idx01, _mm512_loadu_ps(p.av.add(t * p.side + b))), eighth);
+            for r in 0..R {
+                let dot = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[r], a));
+                if W == Q41 {
+                    acc[r][t] = _mm512_fmadd_ps(dot, _mm512_mul_ps(dwv[r], da), acc[r][t]);
+                    acc[r][t] = _mm512_fmadd_ps(mv[r], sv, acc[r][t]);
+                } else {
+                    acc[r][t] = _mm512_fmadd_ps(dwv[r], _mm512_fmadd_ps(dot, da, sv), acc[r][t]);
+                }
+            }
+        }
+        b += 2;
+    }
+    for r in 0..R {
+        for t in 0..T {
+            *p.out.add(t * p.ostride + r) = _mm512_reduce_add_ps(acc[r][t]);
+        }
+    }
+}
+
+#[inline]
+fn idx_k(c: usize, q6: bool) -> [i16; 32] {
+    let mut v = [0i16; 32];
+    for (i, x) in v.iter_mut().enumerate() {
+        *x = if q6 { (4 * c + i / 8) as i16 } else { (2 * c + i / 16) as i16 };
+    }
+    v
+}
+
+/// R rows x T tokens of a K-quant weight type against repacked Q8_K activations.
+/// # Safety
+/// The CPU must have the features in this function's `target_feature` attribute, and
+/// every pointer must be valid for the reads and writes its arguments describe.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn tile_k<const W: u8, const R: usize, const T: usize>(p: &Tile) {
+    let bb = match W {
+        Q4K => 144,
+        Q5K => 176,
+        _ => 210,
+    };
+    let idx: [__m512i; 4] = [0, 1, 2, 3].map(|c| {
+        let a = idx_k(c, W == Q6K);
+        _mm512_loadu_si512(a.as_ptr() as *const _)
+    });
+    let m0f = _mm512_set1_epi8(0x0f);
+    let x30 = _mm512_set1_epi8(0x30);
+    let sixteen = _mm512_set1_epi8(16);
+    let mut acc = [[_mm512_setzero_ps(); T]; R];
+    for sb in 0..p.nb {
+        let mut d = [0f32; R];
+        let mut dmin = [0f32; R];
+        let mut scv = [_mm512_setzero_si512(); R];
+        let mut side16 = [_mm256_setzero_si256(); R];
+        let mut hv = [_mm512_setzero_si512(); R];
+        let mut blk = [std::ptr::null::<u8>(); R];
+        for r in 0..R {
+            let bp = p.w.add(r * p.rb + sb * bb);
+            blk[r] = bp;
+            let bsl = std::slice::from_raw_parts(bp, bb);
+            if W == Q6K {
+                d[r] = h2f(bp.add(208));
+                let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(bp.add(192) as *const __m128i));
+                side16[r] = sc16;
+                scv[r] = _mm512_zextsi256_si512(sc16);
+            } else {
+                d[r] = h2f(bp);
+                dmin[r] = h2f(bp.add(2));
+                let mut sc = [0u8; 16];
+                let mut mm = [0u8; 16];
+                for j in 0..8 {
+                    let (s, m) = get_scale_min_k4(j, &bsl[4..16]);
+                    sc[j] = s;
+                    mm[2 * j] = m;
+                    mm[2 * j + 1] = m;
+                }
+                scv[r] = _mm512_zextsi256_si512(_mm256_cvtepu8_epi16(_mm_loadu_si128(sc.as_ptr() as *const __m128i)));
+                side16[r] = _mm256_cvtepu8_epi16(_mm_loadu_si128(mm.as_ptr() as *const __m128i));
+                if W == Q5K {
+                    hv[r] = _mm512_broadcast_i64x4(_mm256_loadu_si256(bp.add(16) as *const __m256i));
+                }
+            }
+        }
+        let mut iacc = [[_mm512_setzero_si512(); T]; R];
+        for c in 0..4 {
+            let mut wv = [_mm512_setzero_si512(); R];
+            let mut scc = [_mm512_setzero_si512(); R];
+            for r in 0..R {
+                let bp = blk[r];
+                _mm_prefetch::<_MM_HINT_T0>(bp.wrapping_add(64 * c + PF_DIST) as *const i8);
+                wv[r] = match W {
+                    Q6K => {
+                        let n = c / 2;
+                        let ql = _mm512_loadu_si512(bp.add(64 * n) as *const _);
+                        let qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(bp.add(128 + 32 * n) as *const __m256i));
+                        if c % 2 == 0 {
+                            let h = _mm512_sllv_epi64(qh, _mm512_set_epi64(2, 2, 2, 2, 4, 4, 4, 4));
+                            _mm512_or_si512(_mm512_and_si512(ql, m0f), _mm512_and_si512(h, x30))
+                        } else {
+                            let h = _mm512_srlv_epi64(qh, _mm512_set_epi64(2, 2, 2, 2, 0, 0, 0, 0));
+                            _mm512_or_si512(
+                                _mm512_and_si512(_mm512_srli_epi16::<4>(ql), m0f),
+                                _mm512_and_si512(h, x30),
+                            )
+                        }
+                    }
+                    _ => {
+                        let qo = if W == Q5K { 48 } else { 16 };
+                        let q = _mm512_broadcast_i64x4(_mm256_loadu_si256(bp.add(qo + 32 * c) as *const __m256i));
+                        let w = _mm512_and_si512(_mm512_srlv_epi64(q, _mm512_set_epi64(4, 4, 4, 4, 0, 0, 0, 0)), m0f);
+                        if W == Q5K {
+                            let sel = _mm512_inserti64x4::<1>(
+                                _mm512_castsi256_si512(_mm256_set1_epi8((1u8 << (2 * c)) as i8)),
+                                _mm256_set1_epi8((2u8 << (2 * c)) as i8),
+                            );
+                            let m = _mm512_test_epi8_mask(hv[r], sel);
+                            _mm512_mask_add_epi8(w, m, w, sixteen)
+                        } else {
+                            w
+                        }
+                    }
+                };
+                scc[r] = _mm512_permutexvar_epi16(idx[c], scv[r]);
+            }
+            for t in 0..T {
+                let a = _mm512_loadu_si512(p.aq.add(t * p.astride + sb * QK_K + 64 * c) as *const _);
+                for r in 0..R {
+                    let prod = _mm512_maddubs_epi16(wv[r], a);
+                    iacc[r][t] = _mm512_dpwssd_epi32(iacc[r][t], prod, scc[r]);
+                }
+            }
+        }
+        for t in 0..T {
+            let da = *p.ad.add(t * p.side + sb);
+            let bs = _mm256_loadu_si256(p.bs.add((t * p.nb + sb) * 16) as *const __m256i);
+            for r in 0..R {
+                let s = _mm256_madd_epi16(bs, side16[r]);
+                if W == Q6K {
+                    let i = _mm512_sub_epi32(iacc[r][t], _mm512_zextsi256_si512(_mm256_slli_epi32::<5>(s)));
+                    acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), _mm512_set1_ps(d[r] * da), acc[r][t]);
+                } else {
+                    acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc[r][t]), _mm512_set1_ps(d[r] * da), acc[r][t]);
+                    acc[r][t] = _mm512_fmadd_ps(
+                        _mm512_zextps256_ps512(_mm256_cvtepi32_ps(s)),
+                        _mm512_set1_ps(-dmin[r] * da),
+                        acc[r][t],
+                    );
+                }
+            }
+        }
+    }
+    for r in 0..R {
+        for t in 0..T {
+            *p.out.add(t * p.ostride + r) = _mm512_reduce_add_ps(acc[r][t]);
+        }
+    }
+}
+
+/// # Safety
+/// The CPU must have the features in this function's `target_feature` attribute, and
+/// every pointer must be valid for the reads and writes its arguments describe.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
+unsafe fn load_wf<const W: u8>(p: *const u8, i: usize, m: __mmask16) -> __m512 {
+    match W {
+        F32W => _mm512_maskz_loadu_ps(m, p.add(4 * i) as *const f32),
+        F16W => _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p.add(2 * i) as *const i16)),
+        _ => _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(
+            m,
+            p.add(2 * i) as *const i16,
+        )))),
+    }
+}
+
+/// R rows x T tokens of a float weight type against f32 activations.
+/// # Safety
+/// The CPU must have the features in this function's `target_feature` attribute, and
+/// every pointer must be valid for the reads and writes its arguments describe.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+unsafe fn tile_f<const W: u8, const R: usize, const T: usize>(p: &Tile) {
+    let k = p.nb;
+    let mut acc = [[_mm512_setzero_ps(); T]; R];
+    let mut i = 0;
+    while i < k {
+        let m: __mmask16 = if i + 16 <= k { 0xffff } else { (1u16 << (k - i)) - 1 };
+        let mut wv = [_mm512_setzero_ps(); R];
+        for r in 0..R {
+            let row = p.w.add(r * p.rb);
+            _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(4 * i + PF_DIST) as *const i8);
+            wv[r] = load_wf::<W>(row, i, m);
+        }
+        for t in 0..T {
+            let a = _mm512_maskz_loadu_ps(m, p.aq.add(t * p.astride + 4 * i) as *const f32);
+            for r in 0..R {
+                acc[r][t] = _mm512_fmadd_ps(wv[r], a, acc[r][t]);
+            }
+        }
+        i += 16;
+    }
+    for r in 0..R {
+        for t in 0..T {
+            *p.out.add(t * p.ostride + r) = _mm512_reduce_add_ps(acc[r][t]);
+        }
+    }
+}
+
+#[inline]
+fn tail_mask(n: usize) -> __mmask16 {
+    if n >= 16 {
+        0xffff
+    } else {
+        (1u16 << n) - 1
+    }
+}
+
+/// # Safety
+/// avx512f must be available; `a.len() == b.len()`.
+#[target_feature(enable = "avx512f,fma")]
+pub(crate) unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len();
+    let (mut s0, mut s1) = (_mm512_setzero_ps(), _mm512_setzero_ps());
+    let mut i = 0;
+    while i + 32 <= n {
+        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a.as_ptr().add(i)), _mm512_loadu_ps(b.as_ptr().add(i)), s0);
+        s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a.as_ptr().add(i + 16)), _mm512_loadu_ps(b.as_ptr().add(i + 16)), s1);
+        i += 32;
+    }
+    while i < n {
+        let m = tail_mask(n - i);
+        s0 = _mm512_fmadd_ps(
+            _mm512_maskz_loadu_ps(m, a.as_ptr().add(i)),
+            _mm512_maskz_loadu_ps(m, b.as_ptr().add(i)),
+            s0,
+        );
+        i += 16;
+    }
+    _mm512_reduce_add_ps(_mm512_add_ps(s0, s1))
+}
+
+/// # Safety
+/// avx512f/bw/vl and f16c must be available; `a.len() == b.len()`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,fma,f16c")]
+pub(crate) unsafe fn dot_f16_f32(a: &[f16], b: &[f32]) -> f32 {
+    let n = a.len();
+    let ap = a.as_ptr() as *const i16;
+    let (mut s0, mut s1) = (_mm512_setzero_ps(), _mm512_setzero_ps());
+    let mut i = 0;
+    while i + 32 <= n {
+        let a0 = _mm512_cvtph_ps(_mm256_loadu_si256(ap.add(i) as *const __m256i));
+        let a1 = _mm512_cvtph_ps(_mm256_loadu_si256(ap.add(i + 16) as *const __m256i));
+        s0 = _mm512_fmadd_ps(a0, _mm512_loadu_ps(b.as_ptr().add(i)), s0);
+        s1 = _mm512_fmadd_ps(a1, _mm512_loadu_ps(b.as_ptr().add(i + 16)), s1);
+        i += 32;
+    }
+    while i < n {
+        let m = tail_mask(n - i);
+        let a0 = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, ap.add(i)));
+        s0 = _mm512_fmadd_ps(a0, _mm512_maskz_loadu_ps(m, b.as_ptr().add(i)), s0);
+        i += 16;
+    }
+    _mm512_reduce_add_ps(_mm512_add_ps(s0, s1))
+}
+
+/// # Safety
+/// avx512f/bw/vl and f16c must be available; `out.len() == x.len()`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,fma,f16c")]
+pub(crate) unsafe fn axpy_f16(out: &mut [f32], alpha: f32, x: &[f16]) {
+    let n = out.len();
+    let xp = x.as_ptr() as *const i16;
+    let op = out.as_mut_ptr();
+    let va = _mm512_set1_ps(alpha);
+    let mut i = 0;
+    while i < n {
+        let m = tail_mask(n - i);
+        let xv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, xp.add(i)));
+        let o = _mm512_maskz_loadu_ps(m, op.add(i));
+        _mm512_mask_storeu_ps(op.add(i), m, _mm512_fmadd_ps(va, xv, o));
+        i += 16;
+    }
+}

@@ -1,0 +1,234 @@
+//! Run-time selection of the kernel set and the public compute entry points.
+
+use crate::reference::{self, QK_K};
+use crate::{scalar, GgmlType, QuantError};
+use half::f16;
+use std::ops::Range;
+
+/// An instruction-set level with its own kernel set.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum SimdLevel {
+    /// Portable Rust; the reference the other levels are tested against.
+    Scalar,
+    /// x86-64 AVX2 + FMA + F16C (`vpmaddubsw` integer dots).
+    Avx2,
+    /// x86-64 AVX-512 F/BW/VL + VNNI (`vpdpbusd`, `vpdpwssd`), plus AVX2/FMA/F16C.
+    Avx512Vnni,
+}
+
+impl SimdLevel {
+    /// Whether the running CPU supports this level.
+    pub fn is_available(self) -> bool {
+        match self {
+            SimdLevel::Scalar => true,
+            #[cfg(target_arch = "x86_64")]
+            SimdLevel::Avx2 => {
+                is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
+            }
+            #[cfg(target_arch = "x86_64")]
+            SimdLevel::Avx512Vnni => {
+                SimdLevel::Avx2.is_available()
+                    && is_x86_feature_detected!("avx512f")
+                    && is_x86_feature_detected!("avx512bw")
+                    && is_x86_feature_detected!("avx512vl")
+                    && is_x86_feature_detected!("avx512vnni")
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => false,
+        }
+    }
+}
+
+/// The kernel set for one [`SimdLevel`], chosen once. `Copy`; cheap to pass to worker threads.
+///
+/// Holding a `Kernels` of a SIMD level is the proof that the CPU supports it: the only
+/// constructors check it at run time.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Kernels {
+    level: SimdLevel,
+}
+
+/// Weight types [`Kernels::matmul`] computes with.
+fn matmul_supported(ty: GgmlType) -> bool {
+    use GgmlType::*;
+    matches!(ty, F32 | F16 | BF16 | Q8_0 | Q4_0 | Q4_1 | Q4_K | Q5_K | Q6_K)
+}
+
+/// Bytes of one activation row of `k` elements quantized for weights of type `weight`
+/// (see [`Kernels::activation_type`]); 0 when `k` is not a whole number of blocks.
+pub fn activation_row_bytes(weight: GgmlType, k: usize) -> usize {
+    let at = Kernels::activation_type(weight);
+    at.row_bytes(k as u64).unwrap_or(0) as usize
+}
+
+impl Kernels {
+    /// The fastest level this CPU supports.
+    pub fn best() -> Kernels {
+        for level in [SimdLevel::Avx512Vnni, SimdLevel::Avx2] {
+            if let Some(k) = Kernels::with_level(level) {
+                return k;
+            }
+        }
+        Kernels { level: SimdLevel::Scalar }
+    }
+
+    /// The kernels of `level`, or `None` when this CPU lacks it.
+    pub fn with_level(level: SimdLevel) -> Option<Kernels> {
+        level.is_available().then_some(Kernels { level })
+    }
+
+    /// The level these kernels run at.
+    pub fn level(&self) -> SimdLevel {
+        self.level
+    }
+
+    /// The type activations are quantized to before a [`Kernels::matmul`] with `weight`:
+    /// Q4_0/Q8_0 → Q8_0, Q4_1 → Q8_1, K-quants → Q8_K, float types → F32.
+    pub fn activation_type(weight: GgmlType) -> GgmlType {
+        use GgmlType::*;
+        match weight {
+            Q4_0 | Q8_0 | Q5_0 => Q8_0,
+            Q4_1 | Q5_1 => Q8_1,
+            Q2_K | Q3_K | Q4_K | Q5_K | Q6_K => Q8_K,
+            _ => F32,
+        }
+    }
+
+    /// Quantizes activation rows `src` (a whole number of blocks; normally one row of `k`)
+    /// into `dst`, which must be exactly `activation_row_bytes(weight, src.len())` bytes.
+    ///
+    /// The SIMD levels produce the same bytes as ggml's reference quantizer.
+    pub fn quantize_activations(&self, weight: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantError> {
+        if !matmul_supported(weight) {
+            return Err(QuantError::Unsupported { ty: weight, op: "quantize_activations" });
+        }
+        let at = Kernels::activation_type(weight);
+        let block = if at == GgmlType::F32 { weight.block_elems() } else { at.block_elems() };
+        if !src.len().is_multiple_of(block) {
+            return Err(QuantError::NotBlockMultiple { ty: weight, elems: src.len(), block });
+        }
+        let expected = activation_row_bytes(weight, src.len());
+        if dst.len() != expected {
+            return Err(QuantError::Length { what: "activation bytes", expected, got: dst.len() });
+        }
+        match (self.level, at) {
+            (_, GgmlType::F32) => reference::quantize(at, src, dst),
+            #[cfg(target_arch = "x86_64")]
+            (SimdLevel::Avx2 | SimdLevel::Avx512Vnni, _) => {
+                // SAFETY: a Kernels of these levels exists only after AVX2 was detected
+                // (`with_level`); lengths were checked above.
+                unsafe { crate::avx2::quantize_act(at, src, dst) };
+                Ok(())
+            }
+            _ => reference::quantize(at, src, dst),
+        }
+    }
+
+    /// Multiplies weight rows `rows` by `n_tokens` activation rows:
+    /// `out[t * rows.len() + (r - rows.start)] = dot(weight row r, activation row t)`.
+    ///
+    /// `weights` holds all rows, row-major, each `k` elements of `weight`; `acts` holds
+    /// exactly `n_tokens` rows produced by [`Kernels::quantize_activations`] for `weight`;
+    /// `out` is exactly `n_tokens * rows.len()` floats. Single-threaded: callers split `rows`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn matmul(
+        &self,
+        weight: GgmlType,
+        weights: &[u8],
+        k: usize,
+        rows: Range<usize>,
+        acts: &[u8],
+        n_tokens: usize,
+        out: &mut [f32],
+    ) -> Result<(), QuantError> {
+        if !matmul_supported(weight) {
+            return Err(QuantError::Unsupported { ty: weight, op: "matmul" });
+        }
+        let block = match weight {
+            GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => QK_K,
+            t => t.block_elems(),
+        };
+        if k == 0 || !k.is_multiple_of(block) {
+            return Err(QuantError::NotBlockMultiple { ty: weight, elems: k, block });
+        }
+        let rb = weight.row_bytes(k as u64).unwrap_or(u64::MAX) as usize;
+        if rows.start > rows.end || rows.end.checked_mul(rb).is_none_or(|n| n > weights.len()) {
+            return Err(QuantError::RowsOutOfRange {
+                start: rows.start,
+                end: rows.end,
+                available: weights.len() / rb,
+            });
+        }
+        let arb = activation_row_bytes(weight, k);
+        if acts.len() != n_tokens * arb {
+            return Err(QuantError::Length { what: "activation bytes", expected: n_tokens * arb, got: acts.len() });
+        }
+        if out.len() != n_tokens * rows.len() {
+            return Err(QuantError::Length { what: "output floats", expected: n_tokens * rows.len(), got: out.len() });
+        }
+        if rows.is_empty() || n_tokens == 0 {
+            return Ok(());
+        }
+        match self.level {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: this level exists only once its features were detected (`with_level`);
+            // all lengths were validated above.
+            SimdLevel::Avx512Vnni => unsafe { crate::avx512::matmul(weight, weights, k, rows, acts, n_tokens, out) },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: as above, for AVX2/FMA/F16C.
+            SimdLevel::Avx2 => unsafe { crate::avx2::matmul(weight, weights, k, rows, acts, n_tokens, out) },
+            _ => {
+                let nr = rows.len();
+                for t in 0..n_tokens {
+                    let a = &acts[t * arb..(t + 1) * arb];
+                    for (i, r) in rows.clone().enumerate() {
+                        out[t * nr + i] = scalar::dot_row(weight, &weights[r * rb..(r + 1) * rb], a, k);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `sum a[i] * b[i]`. Panics when the lengths differ.
+    pub fn dot_f32(&self, a: &[f32], b: &[f32]) -> f32 {
+        assert_eq!(a.len(), b.len(), "dot_f32 length mismatch");
+        match self.level {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: AVX-512F was detected when this Kernels was made; lengths are equal.
+            SimdLevel::Avx512Vnni => unsafe { crate::avx512::dot_f32(a, b) },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: AVX2/FMA were detected when this Kernels was made; lengths are equal.
+            SimdLevel::Avx2 => unsafe { crate::avx2::dot_f32(a, b) },
+            _ => scalar::dot_f32(a, b),
+        }
+    }
+
+    /// `sum f32(a[i]) * b[i]`, for attention over an f16 KV cache. Panics when the lengths differ.
+    pub fn dot_f16_f32(&self, a: &[f16], b: &[f32]) -> f32 {
+        assert_eq!(a.len(), b.len(), "dot_f16_f32 length mismatch");
+        match self.level {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: AVX-512F/BW/VL and F16C were detected; lengths are equal.
+            SimdLevel::Avx512Vnni => unsafe { crate::avx512::dot_f16_f32(a, b) },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: AVX2/FMA/F16C were detected; lengths are equal.
+            SimdLevel::Avx2 => unsafe { crate::avx2::dot_f16_f32(a, b) },
+            _ => scalar::dot_f16_f32(a, b),
+        }
+    }
+
+    /// `out[i] += alpha * f32(x[i])`. Panics when the lengths differ.
+    pub fn axpy_f16(&self, out: &mut [f32], alpha: f32, x: &[f16]) {
+        assert_eq!(out.len(), x.len(), "axpy_f16 length mismatch");
+        match self.level {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: AVX-512F/BW/VL and F16C were detected; lengths are equal.
+            SimdLevel::Avx512Vnni => unsafe { crate::avx512::axpy_f16(out, alpha, x) },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: AVX2/FMA/F16C were detected; lengths are equal.
+            SimdLevel::Avx2 => unsafe { crate::avx2::axpy_f16(out, alpha, x) },
+            _ => scalar::axpy_f16(out, alpha, x),
+        }
+    }
+}

@@ -1,0 +1,174 @@
+//! Activation repacking for the SIMD kernels: quantized activations in GGML block layout are
+//! split once per `matmul` call into contiguous int8 values plus float (or i16) side arrays, so
+//! the micro-kernels load 64 activation bytes with one instruction.
+
+use crate::reference::{f16_at, f32_at, QK_K};
+use crate::GgmlType;
+
+/// Activations of `n_tokens` rows, repacked.
+pub(crate) struct ActPack {
+    /// `n_tokens * k` int8 values (as bytes), then 64 bytes of zero padding.
+    pub qs: Vec<u8>,
+    /// Per token, `stride` floats: the scale of each block (32-blocks or 256-super-blocks).
+    pub d: Vec<f32>,
+    /// Per token, `stride` floats: the bias partner of each 32-block (see `WeightKind`).
+    pub v: Vec<f32>,
+    /// Per token and super-block, the 16 Q8_K sums of 16 values.
+    pub bsums: Vec<i16>,
+    /// Floats per token in `d` and `v`: the block count rounded up to 16, plus 16 of padding.
+    pub stride: usize,
+}
+
+/// Floats per row of per-block side arrays: room for 16-wide loads past the last block.
+pub(crate) fn side_stride(nb: usize) -> usize {
+    nb.div_ceil(16) * 16 + 16
+}
+
+impl ActPack {
+    /// Repacks activations for weights of type `weight`.
+    ///
+    /// `q8_0_offset` is the constant the kernel adds to Q8_0 weights to make them unsigned
+    /// (128 on AVX-512 VNNI, 0 where a sign trick is used instead); the bias partner `v` then
+    /// carries the matching `-offset * d * sum(q)` correction. For Q4_0 weights, whose nibbles
+    /// are used unsigned, `v = -8 * d * sum(q)`; for Q4_1, `v = s` of the Q8_1 block.
+    pub(crate) fn new(weight: GgmlType, acts: &[u8], k: usize, n_tokens: usize, q8_0_offset: f32) -> ActPack {
+        let kblock = matches!(weight, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K);
+        let nb = if kblock { k / QK_K } else { k / 32 };
+        let stride = side_stride(nb);
+        let mut qs = vec![0u8; n_tokens * k + 64];
+        let mut d = vec![0f32; n_tokens * stride];
+        let mut v = vec![0f32; if kblock { 0 } else { n_tokens * stride }];
+        let mut bsums = vec![0i16; if kblock { n_tokens * nb * 16 } else { 0 }];
+        let (bb, qoff) = match weight {
+            GgmlType::Q4_1 => (36, 4),
+            GgmlType::Q4_0 | GgmlType::Q8_0 => (34, 2),
+            _ => (292, 4),
+        };
+        let be = if kblock { QK_K } else { 32 };
+        let row_bytes = nb * bb;
+        for t in 0..n_tokens {
+            let row = &acts[t * row_bytes..(t + 1) * row_bytes];
+            for b in 0..nb {
+                let blk = &row[b * bb..(b + 1) * bb];
+                let dst = &mut qs[t * k + b * be..t * k + (b + 1) * be];
+                dst.copy_from_slice(&blk[qoff..qoff + be]);
+                if kblock {
+                    d[t * stride + b] = f32_at(blk, 0);
+                    for i in 0..16 {
+                        bsums[(t * nb + b) * 16 + i] = i16::from_le_bytes([blk[260 + 2 * i], blk[261 + 2 * i]]);
+                    }
+                } else {
+                    let db = f16_at(blk, 0);
+                    d[t * stride + b] = db;
+                    v[t * stride + b] = match weight {
+                        GgmlType::Q4_1 => f16_at(blk, 2),
+                        _ => {
+                            let sum: i32 = dst.iter().map(|&q| q as i8 as i32).sum();
+                            let off = if weight == GgmlType::Q4_0 { 8.0 } else { q8_0_offset };
+                            -off * db * sum as f32
+                        }
+                    };
+                }
+            }
+        }
+        ActPack { qs, d, v, bsums, stride }
+    }
+}
+
+/// Per-row weight scales for the 32-block types: `dw[b]` (the block scale) and `u[b]` (the
+/// partner of the activation's `v`: the block min `m` for Q4_1, else `d`), zero padded.
+#[allow(dead_code)]
+pub(crate) fn weight_sides(weight: GgmlType, row: &[u8], nb: usize, dw: &mut [f32], u: &mut [f32]) {
+    let bb = weight.block_bytes();
+    for b in 0..nb {
+        let d = f16_at(row, b * bb);
+        dw[b] = d;
+        u[b] = if weight == GgmlType::Q4_1 { f16_at(row, b * bb + 2) } else { d };
+    }
+    dw[nb..].fill(0.0);
+    u[nb..].fill(0.0);
+}
+
+/// Rows per micro-tile.
+pub(crate) const RT: usize = 4;
+/// Tokens per micro-tile.
+pub(crate) const TT: usize = 4;
+/// Tokens per cache block (activations of one block stay in L2 while rows stream).
+pub(crate) const TB: usize = 64;
+
+macro_rules! dispatch_tile {
+    ($f:ident, $w:expr, $nr:expr, $nt:expr, $($arg:expr),*) => {
+        match ($nr, $nt) {
+            (4, 4) => $f::<$w, 4, 4>($($arg),*),
+            (4, 3) => $f::<$w, 4, 3>($($arg),*),
+            (4, 2) => $f::<$w, 4, 2>($($arg),*),
+            (4, 1) => $f::<$w, 4, 1>($($arg),*),
+            (3, 4) => $f::<$w, 3, 4>($($arg),*),
+            (3, 3) => $f::<$w, 3, 3>($($arg),*),
+            (3, 2) => $f::<$w, 3, 2>($($arg),*),
+            (3, 1) => $f::<$w, 3, 1>($($arg),*),
+            (2, 4) => $f::<$w, 2, 4>($($arg),*),
+            (2, 3) => $f::<$w, 2, 3>($($arg),*),
+            (2, 2) => $f::<$w, 2, 2>($($arg),*),
+            (2, 1) => $f::<$w, 2, 1>($($arg),*),
+            (1, 4) => $f::<$w, 1, 4>($($arg),*),
+            (1, 3) => $f::<$w, 1, 3>($($arg),*),
+            (1, 2) => $f::<$w, 1, 2>($($arg),*),
+            _ => $f::<$w, 1, 1>($($arg),*),
+        }
+    };
+}
+
+/// Shared arguments of one micro-tile call.
+pub(crate) struct Tile {
+    /// First weight row of the tile.
+    pub w: *const u8,
+    /// Bytes per weight row.
+    pub rb: usize,
+    /// Blocks (32-blocks, super-blocks or elements for float types) per row.
+    pub nb: usize,
+    /// Per-row side arrays (`dw`, `u`), `side` floats per row.
+    pub dw: *const f32,
+    pub u: *const f32,
+    pub side: usize,
+    /// First token's activation values (bytes), `astride` bytes per token.
+    pub aq: *const u8,
+    pub astride: usize,
+    /// First token's per-block activation scales / bias partners, `side` floats per token.
+    pub ad: *const f32,
+    pub av: *const f32,
+    /// First token's Q8_K block sums, `16 * nb` per token.
+    pub bs: *const i16,
+    /// Output of (row 0, token 0); `ostride` floats per token.
+    pub out: *mut f32,
+    pub ostride: usize,
+}
+
+/// Walks the (rows x tokens) output in cache blocks of `TB` tokens and micro-tiles of
+/// `RT x TT`, calling `prep(r0, nr)` once per row tile and block before its tiles.
+#[inline(always)]
+pub(crate) fn drive(
+    nrows: usize,
+    n_tokens: usize,
+    mut tile: impl FnMut(usize, usize, usize, usize),
+    mut prep: impl FnMut(usize, usize),
+) {
+    let mut tb = 0;
+    while tb < n_tokens {
+        let te = (tb + TB).min(n_tokens);
+        let mut r0 = 0;
+        while r0 < nrows {
+            let nr = RT.min(nrows - r0);
+            prep(r0, nr);
+            let mut t0 = tb;
+            while t0 < te {
+                let nt = TT.min(te - t0);
+                tile(r0, nr, t0, nt);
+                t0 += nt;
+            }
+            r0 += nr;
+        }
+        tb = te;
+    }
+}
+

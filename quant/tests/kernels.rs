@@ -1,0 +1,277 @@
+//! Every SIMD level this CPU has against the scalar kernels, and the scalar kernels against
+//! dequantized f64 math.
+
+use half::f16;
+use proptest::prelude::*;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use strata_quant::{activation_row_bytes, dequantize, quantize, GgmlType, Kernels, SimdLevel};
+
+const WEIGHT_TYPES: [GgmlType; 9] = [
+    GgmlType::Q4_1,
+    GgmlType::Q8_0,
+    GgmlType::Q4_0,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+    GgmlType::F16,
+    GgmlType::BF16,
+    GgmlType::F32,
+];
+
+fn simd_levels() -> Vec<Kernels> {
+    [SimdLevel::Avx2, SimdLevel::Avx512Vnni].into_iter().filter_map(Kernels::with_level).collect()
+}
+
+fn scalar() -> Kernels {
+    Kernels::with_level(SimdLevel::Scalar).unwrap()
+}
+
+fn rand_vec(rng: &mut StdRng, n: usize, scale: f32) -> Vec<f32> {
+    (0..n).map(|_| rng.gen_range(-1.0f32..1.0) * scale).collect()
+}
+
+struct Case {
+    ty: GgmlType,
+    k: usize,
+    nrows: usize,
+    n_tokens: usize,
+    w: Vec<u8>,
+    a: Vec<u8>,
+    wf: Vec<f32>,
+    af: Vec<f32>,
+}
+
+fn make_case(rng: &mut StdRng, ty: GgmlType, k: usize, nrows: usize, n_tokens: usize) -> Case {
+    let wsrc = rand_vec(rng, nrows * k, 0.5);
+    let rb = ty.row_bytes(k as u64).unwrap() as usize;
+    let mut w = vec![0u8; nrows * rb];
+    quantize(ty, &wsrc, &mut w).unwrap();
+    let mut wf = vec![0f32; nrows * k];
+    dequantize(ty, &w, &mut wf).unwrap();
+    let asrc = rand_vec(rng, n_tokens * k, 2.0);
+    let at = Kernels::activation_type(ty);
+    let arb = activation_row_bytes(ty, k);
+    let mut a = vec![0u8; n_tokens * arb];
+    quantize(at, &asrc, &mut a).unwrap();
+    let mut af = vec![0f32; n_tokens * k];
+    dequantize(at, &a, &mut af).unwrap();
+    Case { ty, k, nrows, n_tokens, w, a, wf, af }
+}
+
+/// Per-output tolerance: a fraction of the sum of |w * a| (what a dropped or doubled block
+/// would change by far more).
+fn bounds(c: &Case, rel: f64) -> Vec<f64> {
+    let mut b = vec![0f64; c.n_tokens * c.nrows];
+    for t in 0..c.n_tokens {
+        for r in 0..c.nrows {
+            let s: f64 = (0..c.k).map(|i| (c.wf[r * c.k + i] as f64 * c.af[t * c.k + i] as f64).abs()).sum();
+            b[t * c.nrows + r] = s * rel + 1e-6;
+        }
+    }
+    b
+}
+
+fn run(kern: &Kernels, c: &Case, rows: std::ops::Range<usize>) -> Vec<f32> {
+    let mut out = vec![f32::NAN; c.n_tokens * rows.len()];
+    kern.matmul(c.ty, &c.w, c.k, rows, &c.a, c.n_tokens, &mut out).unwrap();
+    out
+}
+
+fn check_simd_against_scalar(c: &Case) {
+    let reference = run(&scalar(), c, 0..c.nrows);
+    let tol = bounds(c, 2e-5);
+    for kern in simd_levels() {
+        let got = run(&kern, c, 0..c.nrows);
+        for i in 0..got.len() {
+            assert!(
+                ((got[i] - reference[i]) as f64).abs() <= tol[i],
+                "{:?} {} k={} rows={} tokens={} out[{i}]: {} vs scalar {} (tol {})",
+                kern.level(),
+                c.ty,
+                c.k,
+                c.nrows,
+                c.n_tokens,
+                got[i],
+                reference[i],
+                tol[i]
+            );
+        }
+        // A sub-range of rows gives the same values as the full run.
+        if c.nrows > 2 {
+            let sub = run(&kern, c, 1..c.nrows - 1);
+            let n = c.nrows - 2;
+            for t in 0..c.n_tokens {
+                for r in 0..n {
+                    assert_eq!(sub[t * n + r], got[t * c.nrows + r + 1], "{:?} {} sub-range", kern.level(), c.ty);
+                }
+            }
+        }
+    }
+}
+
+fn ks(ty: GgmlType) -> Vec<usize> {
+    match ty {
+        GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => vec![256, 768, 1280],
+        GgmlType::F16 | GgmlType::BF16 | GgmlType::F32 => vec![7, 32, 100, 576],
+        _ => vec![32, 96, 160, 608, 576],
+    }
+}
+
+#[test]
+fn simd_matmul_matches_scalar_awkward_sizes() {
+    let mut rng = StdRng::seed_from_u64(1);
+    for ty in WEIGHT_TYPES {
+        for k in ks(ty) {
+            for (nrows, n_tokens) in [(1, 1), (3, 1), (5, 2), (6, 3), (7, 4), (9, 5), (4, 6), (2, 7), (13, 8), (5, 9), (6, 17)] {
+                let c = make_case(&mut rng, ty, k, nrows, n_tokens);
+                check_simd_against_scalar(&c);
+            }
+        }
+    }
+}
+
+#[test]
+fn simd_matmul_matches_scalar_many_tokens() {
+    // More than one token cache block (64), rows not a multiple of 4.
+    let mut rng = StdRng::seed_from_u64(2);
+    for ty in WEIGHT_TYPES {
+        let k = ks(ty)[1];
+        let c = make_case(&mut rng, ty, k, 6, 70);
+        check_simd_against_scalar(&c);
+    }
+}
+
+#[test]
+fn scalar_matmul_matches_dequantized_math() {
+    let mut rng = StdRng::seed_from_u64(3);
+    for ty in WEIGHT_TYPES {
+        for k in ks(ty) {
+            let c = make_case(&mut rng, ty, k, 5, 3);
+            let got = run(&scalar(), &c, 0..c.nrows);
+            // Q8_1's s is stored as f16, so Q4_1 carries a 2^-11 relative error on its min term.
+            let tol = bounds(&c, if ty == GgmlType::Q4_1 { 1e-3 } else { 2e-5 });
+            for t in 0..c.n_tokens {
+                for r in 0..c.nrows {
+                    let exact: f64 = (0..k).map(|i| c.wf[r * k + i] as f64 * c.af[t * k + i] as f64).sum();
+                    let g = got[t * c.nrows + r] as f64;
+                    assert!((g - exact).abs() <= tol[t * c.nrows + r], "{ty} k={k} r={r} t={t}: {g} vs {exact}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn simd_activation_quantization_is_bit_exact() {
+    let mut rng = StdRng::seed_from_u64(4);
+    for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::F16] {
+        for k in [256usize, 512, 1536] {
+            let mut x = rand_vec(&mut rng, k, 3.0);
+            // Ties and zero blocks.
+            x[3] = 0.5;
+            x[40] = -2.5;
+            for v in &mut x[64..96] {
+                *v = 0.0;
+            }
+            let n = activation_row_bytes(ty, k);
+            let mut want = vec![0u8; n];
+            scalar().quantize_activations(ty, &x, &mut want).unwrap();
+            let mut direct = vec![0u8; n];
+            quantize(Kernels::activation_type(ty), &x, &mut direct).unwrap();
+            assert_eq!(want, direct);
+            for kern in simd_levels() {
+                let mut got = vec![0u8; n];
+                kern.quantize_activations(ty, &x, &mut got).unwrap();
+                assert_eq!(got, want, "{:?} {ty} k={k}", kern.level());
+            }
+        }
+    }
+}
+
+#[test]
+fn dots_and_axpy_match_scalar() {
+    let mut rng = StdRng::seed_from_u64(5);
+    for n in [0usize, 1, 7, 8, 15, 16, 17, 31, 33, 64, 100, 129] {
+        let a = rand_vec(&mut rng, n, 1.0);
+        let b = rand_vec(&mut rng, n, 1.0);
+        let h: Vec<f16> = a.iter().map(|&v| f16::from_f32(v)).collect();
+        let s = scalar();
+        let abs: f32 = a.iter().zip(&b).map(|(x, y)| (x * y).abs()).sum::<f32>() + 1e-6;
+        for kern in simd_levels() {
+            assert!((kern.dot_f32(&a, &b) - s.dot_f32(&a, &b)).abs() <= 1e-5 * abs, "{:?} n={n}", kern.level());
+            assert!((kern.dot_f16_f32(&h, &b) - s.dot_f16_f32(&h, &b)).abs() <= 1e-5 * abs, "{:?} n={n}", kern.level());
+            let mut o1 = b.clone();
+            let mut o2 = b.clone();
+            kern.axpy_f16(&mut o1, 0.75, &h);
+            s.axpy_f16(&mut o2, 0.75, &h);
+            for i in 0..n {
+                assert!((o1[i] - o2[i]).abs() <= 1e-6, "{:?} axpy n={n} i={i}", kern.level());
+            }
+        }
+    }
+}
+
+#[test]
+fn errors_name_types_and_lengths() {
+    let kern = Kernels::best();
+    let e = kern.matmul(GgmlType::IQ2_XXS, &[], 256, 0..1, &[], 1, &mut [0.0]).unwrap_err();
+    assert!(e.to_string().contains("IQ2_XXS"), "{e}");
+    let w = vec![0u8; 2 * 20];
+    let a = vec![0u8; 36];
+    let e = kern.matmul(GgmlType::Q4_1, &w, 32, 0..3, &a, 1, &mut [0.0; 3]).unwrap_err();
+    assert!(e.to_string().contains("0..3") || e.to_string().contains("3"), "{e}");
+    let e = kern.matmul(GgmlType::Q4_1, &w, 32, 0..2, &a, 1, &mut [0.0; 3]).unwrap_err();
+    assert!(e.to_string().contains("expected 2, got 3"), "{e}");
+    let e = kern.matmul(GgmlType::Q4_K, &w, 32, 0..1, &a, 1, &mut [0.0; 1]).unwrap_err();
+    assert!(e.to_string().contains("256"), "{e}");
+    let e = dequantize(GgmlType::Q4_0, &[0u8; 17], &mut [0f32; 32]).unwrap_err();
+    assert!(e.to_string().contains("expected 18, got 17"), "{e}");
+    let e = quantize(GgmlType::Q3_K, &[0f32; 256], &mut [0u8; 110]).unwrap_err();
+    assert!(e.to_string().contains("Q3_K"), "{e}");
+    assert_eq!(activation_row_bytes(GgmlType::Q4_1, 576), 18 * 36);
+    assert_eq!(activation_row_bytes(GgmlType::Q6_K, 512), 2 * 292);
+    assert_eq!(activation_row_bytes(GgmlType::F16, 10), 40);
+    assert_eq!(Kernels::activation_type(GgmlType::Q8_0), GgmlType::Q8_0);
+    assert_eq!(Kernels::activation_type(GgmlType::Q5_K), GgmlType::Q8_K);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn proptest_simd_matmul_matches_scalar(
+        ti in 0usize..WEIGHT_TYPES.len(),
+        blocks in 1usize..8,
+        nrows in 1usize..10,
+        n_tokens in 1usize..10,
+        seed in any::<u64>(),
+    ) {
+        let ty = WEIGHT_TYPES[ti];
+        let k = match ty {
+            GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => 256 * blocks.min(3),
+            GgmlType::F16 | GgmlType::BF16 | GgmlType::F32 => 13 * blocks,
+            _ => 32 * blocks,
+        };
+        let mut rng = StdRng::seed_from_u64(seed);
+        let c = make_case(&mut rng, ty, k, nrows, n_tokens);
+        check_simd_against_scalar(&c);
+    }
+
+    #[test]
+    fn proptest_activation_quantization_bit_exact(seed in any::<u64>(), blocks in 1usize..4, scale in 0.001f32..100.0) {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let k = 256 * blocks;
+        let x = rand_vec(&mut rng, k, scale);
+        for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q4_K] {
+            let n = activation_row_bytes(ty, k);
+            let mut want = vec![0u8; n];
+            scalar().quantize_activations(ty, &x, &mut want).unwrap();
+            for kern in simd_levels() {
+                let mut got = vec![0u8; n];
+                kern.quantize_activations(ty, &x, &mut got).unwrap();
+                prop_assert_eq!(&got, &want);
+            }
+        }
+    }
+}

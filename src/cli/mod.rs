@@ -1,0 +1,104 @@
+//! The subcommands.
+
+mod bench;
+mod generate;
+mod inspect;
+mod synth;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use strata_actors::{Engine, EngineOptions, LoadedModel};
+use strata_config::Config;
+
+/// strata-rt: an LLM inference server (OpenAI HTTP API) that prefills on the native runtime and
+/// decodes on Vulkan over one shared KV cache.
+#[derive(Parser, Debug)]
+#[command(name = "strata-rt", version, about)]
+pub struct Cli {
+    /// Configuration file (TOML); `STRATA_<SECTION>__<KEY>` variables override its keys.
+    #[arg(long, global = true, env = "STRATA_CONFIG")]
+    config: Option<PathBuf>,
+    /// Print the effective configuration and exit.
+    #[arg(long)]
+    print_config: bool,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Generate text for one prompt and stream it to stdout.
+    Generate(generate::GenerateArgs),
+    /// Print a GGUF file's metadata and tensors.
+    Inspect(inspect::InspectArgs),
+    /// List the compute devices strata-rt can use here.
+    Devices,
+    /// Time prompt processing and generation (llama-bench style).
+    Bench(bench::BenchArgs),
+    /// Write a synthetic model (seeded random weights, valid tokenizer) of a named shape.
+    SynthModel(synth::SynthArgs),
+}
+
+/// Runs the command line.
+pub fn run(cli: Cli) -> Result<ExitCode> {
+    init_logging();
+    match cli.command {
+        Some(Command::Generate(args)) => generate::run(cli.config.as_deref(), args),
+        Some(Command::Inspect(args)) => inspect::run(args),
+        Some(Command::Bench(args)) => bench::run(cli.config.as_deref(), args),
+        Some(Command::SynthModel(args)) => synth::run(args),
+        Some(Command::Devices) => {
+            println!("{}", strata_gpu::cpu::describe());
+            println!("vulkan: not built yet (arrives with the Vulkan device issue)");
+            Ok(ExitCode::SUCCESS)
+        }
+        None => {
+            let path = cli.config.context("no configuration given: run `strata-rt --config config/examples/dev.toml` (or see --help)")?;
+            let config = Config::load(&path)?;
+            if cli.print_config {
+                print!("{}", config.to_toml_string());
+                return Ok(ExitCode::SUCCESS);
+            }
+            let model = load_model(&config.model.path)?;
+            eprintln!("{}", model.summary());
+            anyhow::bail!("the HTTP server is not built yet; use `strata-rt generate --config {}` meanwhile", path.display())
+        }
+    }
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("STRATA_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}
+
+/// Loads a model, saying what it loaded.
+pub fn load_model(path: &std::path::Path) -> Result<Arc<LoadedModel>> {
+    let model = LoadedModel::load(path).with_context(|| format!("loading {}", path.display()))?;
+    Ok(Arc::new(model))
+}
+
+/// Engine options from the configuration, with the KV arena sized for one sequence when
+/// `single_sequence` (the CLI) or for `max_seqs` (the server).
+pub fn engine_options(config: &Config, model: &LoadedModel, single_sequence: bool) -> EngineOptions {
+    let max_context = config.kv.context_len(model.hparams.trained_context);
+    let seqs = if single_sequence { 1 } else { config.batching.max_seqs };
+    EngineOptions {
+        threads: config.model.compute_threads(),
+        max_context,
+        n_cells: config.kv.cells_wanted(model.hparams.trained_context, seqs),
+        block_size: config.kv.block_size,
+        ubatch: config.batching.ubatch,
+        max_outputs: 64.max(config.batching.max_seqs),
+        simd: None,
+    }
+}
+
+/// Builds the engine on the configured devices (the CPU for now).
+pub fn build_engine(config: &Config, model: Arc<LoadedModel>, single_sequence: bool) -> Result<Engine> {
+    let opts = engine_options(config, &model, single_sequence);
+    Engine::new_cpu(model, opts).context("starting the CPU device")
+}

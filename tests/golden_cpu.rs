@@ -1,0 +1,156 @@
+//! The CPU device against llama.cpp on the real default model (golden fixture made by
+//! tests/fixtures/make_golden.py): KL divergence and top-1 agreement of teacher-forced logits,
+//! greedy continuations, and prompt token ids.
+
+mod common;
+
+use std::sync::Arc;
+
+use strata_actors::{Engine, EngineOptions, Flow, LoadedModel};
+use strata_model::sampling::{log_softmax, SamplingParams};
+
+fn engine(threads: usize) -> Engine {
+    let model = Arc::new(LoadedModel::load(&common::default_model()).expect("the default model loads"));
+    let opts = EngineOptions { threads, max_context: 512, n_cells: 1024, block_size: 16, ubatch: 64, max_outputs: 64, simd: None };
+    Engine::new_cpu(model, opts).expect("the CPU engine starts")
+}
+
+/// KL(reference || ours) over the reference's top-k tokens plus one bucket for the rest: a lower
+/// bound of the full KL that sees every token the reference finds likely.
+fn kl_top_k(ref_ids: &[u32], ref_lp: &[f64], ours_lp: &[f32]) -> f64 {
+    let mut kl = 0.0;
+    let (mut ref_mass, mut our_mass) = (0.0f64, 0.0f64);
+    for (&id, &lp) in ref_ids.iter().zip(ref_lp) {
+        let ours = ours_lp[id as usize] as f64;
+        kl += lp.exp() * (lp - ours);
+        ref_mass += lp.exp();
+        our_mass += ours.exp();
+    }
+    let (rt, ot) = ((1.0 - ref_mass).max(1e-12), (1.0 - our_mass).max(1e-12));
+    kl + rt * (rt / ot).ln()
+}
+
+#[test]
+fn teacher_forced_logits_match_llama_cpp() {
+    let golden = common::golden();
+    let mut engine = engine(2);
+    let vocab = engine.model().hparams.vocab_size;
+    let (mut kl_sum, mut n, mut agree) = (0.0f64, 0usize, 0usize);
+    let mut lp = Vec::new();
+    for p in golden["prompts"].as_array().unwrap() {
+        let mut seq = common::ids(&p["ids"]);
+        seq.extend(common::ids(&p["greedy"]));
+        let positions = p["positions"].as_array().unwrap();
+        seq.truncate(positions.len() + 1);
+        let logits = engine.teacher_forced_logits(&seq[..positions.len()]).expect("forward pass");
+        let (mut p_kl, mut p_agree) = (0.0, 0);
+        for (i, pos) in positions.iter().enumerate() {
+            let ref_ids = common::ids(&pos["ids"]);
+            let ref_lp: Vec<f64> = pos["logprobs"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
+            log_softmax(&logits[i * vocab..(i + 1) * vocab], &mut lp);
+            p_kl += kl_top_k(&ref_ids, &ref_lp, &lp);
+            let ours = strata_model::sampling::argmax(&lp);
+            if ours == ref_ids[0] {
+                p_agree += 1;
+            } else {
+                eprintln!("  position {i}: llama.cpp top-1 {} ({:.4}) vs its next {} ({:.4}); ours {ours} ({:.4}), ours for theirs {:.4}", ref_ids[0], ref_lp[0], ref_ids[1], ref_lp[1], lp[ours as usize], lp[ref_ids[0] as usize]);
+            }
+        }
+        eprintln!("{:>10}: {} positions, mean KL {:.5} nats, top-1 {}/{}", p["name"].as_str().unwrap(), positions.len(), p_kl / positions.len() as f64, p_agree, positions.len());
+        kl_sum += p_kl;
+        agree += p_agree;
+        n += positions.len();
+    }
+    let mean_kl = kl_sum / n as f64;
+    let top1 = agree as f64 / n as f64;
+    eprintln!("overall: {n} positions, mean KL {mean_kl:.5} nats, top-1 agreement {:.2}%", top1 * 100.0);
+    assert!(mean_kl <= 0.01, "mean KL {mean_kl} nats exceeds 0.01");
+    // Measured: 96.8% (KL 0.0027). The model's own noise floor is about that close: our scalar and
+    // SIMD kernels (the same arithmetic summed in another order) agree at only 98.0-98.4% of these
+    // positions with the same KL (see simd_levels_agree_with_the_scalar_kernels), because 8-bit
+    // activation quantization turns last-bit differences into whole quantization steps. The
+    // disagreements are near-ties of the reference (margins 0.005-0.34 nats).
+    assert!(top1 >= 0.96, "top-1 agreement {top1} below 96%");
+}
+
+#[test]
+fn greedy_continuations_match_llama_cpp() {
+    let golden = common::golden();
+    let mut engine = engine(2);
+    let mut matched = Vec::new();
+    for p in golden["prompts"].as_array().unwrap() {
+        let name = p["name"].as_str().unwrap();
+        let prompt = common::ids(&p["ids"]);
+        let want = common::ids(&p["greedy"]);
+        let out = engine.generate(&prompt, want.len(), &SamplingParams::greedy(), |_| Flow::Continue).expect("generation");
+        let tok = &engine.model().tokenizer;
+        // llama.cpp's loop did not stop at end-of-generation tokens; ours does, so compare up to it.
+        let cut = want.iter().position(|&t| tok.is_end_of_generation(t)).map_or(want.len(), |i| i + 1);
+        let same = out.tokens == want[..cut];
+        eprintln!("{name:>10}: {}", if same { "identical".to_string() } else { format!("differs: ours {:?} vs llama.cpp {:?}", out.tokens, &want[..cut]) });
+        if same {
+            matched.push(name.to_string());
+        }
+    }
+    assert!(matched.len() >= 4, "only {matched:?} matched llama.cpp's first 32 greedy tokens; at least 4 prompts must");
+}
+
+#[test]
+fn prompt_token_ids_match_llama_cpp() {
+    let golden = common::golden();
+    let model = LoadedModel::load(&common::default_model()).expect("the default model loads");
+    for p in golden["prompts"].as_array().unwrap() {
+        let ids = model.tokenizer.encode(p["text"].as_str().unwrap(), false, true).expect("encodes");
+        assert_eq!(ids, common::ids(&p["ids"]), "prompt {}", p["name"]);
+    }
+}
+
+#[test]
+fn results_do_not_depend_on_thread_count_or_batching() {
+    let golden = common::golden();
+    let p = &golden["prompts"][1];
+    let prompt = common::ids(&p["ids"]);
+    let run = |threads: usize| {
+        let mut e = engine(threads);
+        e.generate(&prompt, 12, &SamplingParams::greedy(), |_| Flow::Continue).expect("generation").tokens
+    };
+    assert_eq!(run(1), run(2));
+}
+
+/// How far apart two of our own kernel sets land (same math, other summation order): the noise
+/// floor that any agreement figure against another engine sits on.
+#[test]
+fn simd_levels_agree_with_the_scalar_kernels() {
+    use strata_quant::SimdLevel;
+    let golden = common::golden();
+    let model = Arc::new(LoadedModel::load(&common::default_model()).expect("the default model loads"));
+    let logits = |level| {
+        let opts = EngineOptions { threads: 2, max_context: 512, n_cells: 1024, block_size: 16, ubatch: 64, max_outputs: 64, simd: Some(level) };
+        let mut e = Engine::new_cpu(model.clone(), opts).expect("engine");
+        golden["prompts"].as_array().unwrap().iter().map(|p| {
+            let mut seq = common::ids(&p["ids"]);
+            seq.extend(common::ids(&p["greedy"]));
+            seq.truncate(p["positions"].as_array().unwrap().len());
+            e.teacher_forced_logits(&seq).expect("forward")
+        }).collect::<Vec<_>>()
+    };
+    let vocab = model.hparams.vocab_size;
+    let reference = logits(SimdLevel::Scalar);
+    for level in [SimdLevel::Avx2, SimdLevel::Avx512Vnni].into_iter().filter(|l| l.is_available()) {
+        let other = logits(level);
+        let (mut agree, mut n, mut max_diff, mut kl) = (0, 0, 0f32, 0f64);
+        let (mut la, mut lb) = (Vec::new(), Vec::new());
+        for (a, b) in reference.iter().zip(&other) {
+            for (ra, rb) in a.chunks(vocab).zip(b.chunks(vocab)) {
+                n += 1;
+                log_softmax(ra, &mut la);
+                log_softmax(rb, &mut lb);
+                kl += la.iter().zip(&lb).map(|(&x, &y)| (x as f64).exp() * (x - y) as f64).sum::<f64>();
+                agree += usize::from(strata_model::sampling::argmax(ra) == strata_model::sampling::argmax(rb));
+                max_diff = ra.iter().zip(rb).fold(max_diff, |m, (x, y)| m.max((x - y).abs()));
+            }
+        }
+        eprintln!("{level:?} vs scalar: top-1 {agree}/{n}, mean KL {:.5} nats, largest logit difference {max_diff:.4}", kl / n as f64);
+        assert!(agree as f64 >= 0.97 * n as f64, "{level:?} disagrees with the scalar kernels at {} of {n} positions", n - agree);
+    }
+}
