@@ -2,5 +2,8 @@
 //! their issues) the actors, the HTTP front end and the metrics.
 
 pub mod engine;
+pub mod http;
+pub mod metrics;
+pub mod scheduler;
 
-pub use engine::{Engine, EngineError, EngineOptions, Flow, GenerationOutcome, LoadedModel, StopReason};
+pub use engine::{Engine, EngineError, EngineOptions, Flow, GenerationOutcome, LoadedModel, SeqStep, StopReason};

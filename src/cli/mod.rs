@@ -3,6 +3,7 @@
 mod bench;
 mod generate;
 mod inspect;
+mod serve;
 mod synth;
 
 use std::path::PathBuf;
@@ -45,7 +46,9 @@ enum Command {
 
 /// Runs the command line.
 pub fn run(cli: Cli) -> Result<ExitCode> {
-    init_logging();
+    if cli.command.is_some() {
+        init_logging("warn", false);
+    }
     match cli.command {
         Some(Command::Generate(args)) => generate::run(cli.config.as_deref(), args),
         Some(Command::Inspect(args)) => inspect::run(args),
@@ -63,16 +66,17 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 print!("{}", config.to_toml_string());
                 return Ok(ExitCode::SUCCESS);
             }
-            let model = load_model(&config.model.path)?;
-            eprintln!("{}", model.summary());
-            anyhow::bail!("the HTTP server is not built yet; use `strata-rt generate --config {}` meanwhile", path.display())
+            init_logging(&config.log.level, config.log.format == strata_config::LogFormat::Json);
+            serve::run(config)
         }
     }
 }
 
-fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("STRATA_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+/// Logs to stderr at `level` (`STRATA_LOG` overrides it), as text or one JSON object a line.
+fn init_logging(level: &str, json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("STRATA_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let _ = if json { builder.json().try_init() } else { builder.try_init() };
 }
 
 /// Loads a model, saying what it loaded.

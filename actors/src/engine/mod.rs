@@ -58,6 +58,8 @@ pub enum EngineError {
     TokenOutOfVocab { id: u32, vocab: usize },
     #[error("invalid sampling parameters: {0}")]
     Sampling(String),
+    #[error("the device code panicked: {0}")]
+    Panic(String),
 }
 
 /// Why generation stopped.
@@ -351,4 +353,98 @@ impl Engine {
         self.arena.cancel(seq)?;
         result
     }
+
+    /// Starts sequence `seq` for `prompt`, sharing the longest cached prefix; returns the number
+    /// of prompt tokens reused.
+    ///
+    /// # Errors
+    /// A bad prompt, or a sequence id already in use.
+    pub fn start_sequence(&mut self, seq: SeqId, prompt: &[u32]) -> Result<usize, EngineError> {
+        self.check_prompt(prompt)?;
+        Ok(self.arena.start_sequence(seq, prompt, Owner::Prefill)?.reused_tokens)
+    }
+
+    /// Makes room in `seq`'s block table for `n_new_tokens` more tokens (see [`KvArena::reserve`]).
+    ///
+    /// # Errors
+    /// [`KvError::Full`] (wait for other sequences) or [`KvError::ExceedsCapacity`] (never fits).
+    pub fn reserve(&mut self, seq: SeqId, n_new_tokens: usize) -> Result<(), KvError> {
+        self.arena.reserve(seq, n_new_tokens).map(|_| ())
+    }
+
+    /// Moves `seq` from prefill to decode ownership.
+    ///
+    /// # Errors
+    /// An unknown sequence or one not in prefill.
+    pub fn hand_off_to_decode(&mut self, seq: SeqId) -> Result<(), KvError> {
+        self.arena.hand_off(seq, Owner::Prefill, Owner::Decode)
+    }
+
+    /// Ends `seq`: its full blocks join the prefix cache (`cache`) or everything is given back.
+    ///
+    /// # Errors
+    /// An unknown sequence.
+    pub fn end_sequence(&mut self, seq: SeqId, cache: bool) -> Result<(), KvError> {
+        if cache {
+            self.arena.finish(seq).map(|_| ())
+        } else {
+            self.arena.cancel(seq).map(|_| ())
+        }
+    }
+
+    /// Runs one step over several sequences at once: each entry's tokens follow that sequence's
+    /// committed ones. Room must have been reserved. Returns one row of logits for each entry
+    /// with `want_logits` (for its last token), in order.
+    ///
+    /// # Errors
+    /// A device error, or a batch that does not fit the plan; no sequence's tokens are then
+    /// committed.
+    pub fn step(&mut self, work: &[SeqStep<'_>]) -> Result<Vec<f32>, EngineError> {
+        let n: usize = work.iter().map(|w| w.tokens.len()).sum();
+        let mut tokens = Vec::with_capacity(n);
+        let mut positions = Vec::with_capacity(n);
+        let mut seq_of_token = Vec::with_capacity(n);
+        let mut tables: Vec<Vec<u32>> = Vec::with_capacity(work.len());
+        let mut output_rows = Vec::new();
+        for (i, w) in work.iter().enumerate() {
+            let start = self.arena.seq_len(w.seq).ok_or(KvError::UnknownSequence(w.seq))?;
+            tables.push(self.arena.block_table(w.seq).ok_or(KvError::UnknownSequence(w.seq))?.iter().map(|b| b.0).collect());
+            tokens.extend_from_slice(w.tokens);
+            positions.extend((start..start + w.tokens.len()).map(|p| p as u32));
+            seq_of_token.extend(std::iter::repeat_n(i as u32, w.tokens.len()));
+            if w.want_logits && !w.tokens.is_empty() {
+                output_rows.push(tokens.len() as u32 - 1);
+            }
+        }
+        let table_refs: Vec<&[u32]> = tables.iter().map(Vec::as_slice).collect();
+        let batch = StepBatch { tokens: &tokens, positions: &positions, seq_of_token: &seq_of_token, block_tables: &table_refs, output_rows: &output_rows };
+        let logits = if output_rows.is_empty() && !tokens.is_empty() {
+            // The plan always returns at least one row; ask for the last and drop it.
+            let rows = [tokens.len() as u32 - 1];
+            let batch = StepBatch { output_rows: &rows, ..batch };
+            self.plan.forward(&batch)?;
+            Vec::new()
+        } else if tokens.is_empty() {
+            Vec::new()
+        } else {
+            self.plan.forward(&batch)?.to_vec()
+        };
+        for w in work {
+            self.arena.commit_tokens(w.seq, w.tokens)?;
+        }
+        Ok(logits)
+    }
+
+    /// Most tokens one step may hold.
+    pub fn max_step_tokens(&self) -> usize {
+        self.opts.ubatch
+    }
+}
+
+/// One sequence's share of a batched [`Engine::step`].
+#[derive(Clone, Copy, Debug)]
+pub struct SeqStep<'a> {
+    pub seq: SeqId,
+    pub tokens: &'a [u32],
+    pub want_logits: bool,
 }

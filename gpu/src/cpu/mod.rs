@@ -6,6 +6,9 @@
 //! partition of the work, so a decode step costs a few hundred wake-ups, not thousands of tasks.
 
 mod ops;
+mod pool;
+
+pub use pool::SpinPool;
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -81,7 +84,7 @@ pub struct CpuPlan {
     file: Arc<GgufFile>,
     kv: Arc<HostKvMemory>,
     kernels: Kernels,
-    pool: rayon::ThreadPool,
+    pool: SpinPool,
     threads: usize,
     weights: Vec<WeightSlot>,
     bufs: Vec<Vec<f32>>,
@@ -106,11 +109,7 @@ impl CpuPlan {
     pub fn compile(graph: ForwardGraph, file: Arc<GgufFile>, kv: Arc<HostKvMemory>, opts: CpuOptions) -> Result<CpuPlan, DeviceError> {
         let kernels = opts.kernels.unwrap_or_else(Kernels::best);
         let threads = if opts.threads == 0 { std::thread::available_parallelism().map_or(1, |n| n.get()) } else { opts.threads };
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .thread_name(|i| format!("strata-cpu-{i}"))
-            .build()
-            .map_err(|e| DeviceError::Unsupported { device: "cpu".into(), what: format!("thread pool: {e}") })?;
+        let pool = SpinPool::new(threads, "strata-cpu").map_err(|e| DeviceError::Unsupported { device: "cpu".into(), what: format!("thread pool: {e}") })?;
         let hp = &graph.hparams;
         if kv.placement().k.len() != hp.n_layers || kv.placement().row_stride_bytes < (hp.kv_width() * 2) as u64 {
             return Err(DeviceError::Unsupported { device: "cpu".into(), what: "the KV arena was laid out for another model".into() });
@@ -250,7 +249,7 @@ impl CpuPlan {
 
     /// Runs `f(thread_index, n_threads)` on every pool thread and waits.
     fn broadcast<F: Fn(usize, usize) + Sync>(&self, f: F) {
-        self.pool.broadcast(|ctx| f(ctx.index(), ctx.num_threads()));
+        self.pool.run(&f);
     }
 
     /// Splits `0..n` into contiguous ranges, one per thread; small `n` runs on the caller.
@@ -296,9 +295,12 @@ impl CpuPlan {
         let mut jobs: Vec<(usize, Range<usize>)> = Vec::new();
         for (pi, p) in outputs.iter().enumerate() {
             let rows = self.graph.weight(p.weight).rows;
+            // Decoding streams the weights once: one contiguous share per thread keeps the
+            // kernel calls few. Prefill reuses each weight block across tokens: small blocks.
+            let block = if n <= 4 { rows.div_ceil(self.threads).next_multiple_of(16) } else { MATMUL_BLOCK_ROWS };
             let mut r = 0;
             while r < rows {
-                let end = (r + MATMUL_BLOCK_ROWS).min(rows);
+                let end = (r + block).min(rows);
                 jobs.push((pi, r..end));
                 r = end;
             }

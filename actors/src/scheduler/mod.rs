@@ -1,0 +1,571 @@
+//! The scheduler: admission, the waiting queue, continuous batching and per-request streams.
+//!
+//! It is an actor with a handle ([`SchedulerHandle`]), a command enum and a bounded mailbox, and it
+//! runs on its own device thread, which owns the [`Engine`] (and with it the KV arena's
+//! bookkeeping). Every step batches all decoding sequences (one token each) with chunks of
+//! prompts still being prefilled, up to `ubatch` tokens, so a long prompt never stalls the other
+//! streams. Generated tokens go straight to each request's bounded stream; the HTTP side
+//! detokenizes them.
+
+mod timing;
+
+pub use timing::TimingRecord;
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender, TryRecvError, TrySendError};
+use strata_kv::{KvError, SeqId};
+use strata_model::sampling::{log_softmax, Sampler, SamplingParams};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::engine::{Engine, SeqStep, StopReason};
+
+/// Limits of the scheduler.
+#[derive(Clone, Debug)]
+pub struct SchedulerOptions {
+    /// Requests admitted to the waiting queue; beyond it, submissions are refused.
+    pub max_queued: usize,
+    /// Sequences running at once.
+    pub max_running: usize,
+    /// A request running longer than this is stopped with an error.
+    pub request_timeout: Duration,
+    /// Prompt tokens one sequence prefills per step (a long prompt takes several steps).
+    pub prefill_chunk: usize,
+    /// Where per-request timing records go (besides the log), one JSON line each.
+    pub timing_log: Option<std::path::PathBuf>,
+    /// Device names for the timing record.
+    pub prefill_device: String,
+    pub decode_device: String,
+}
+
+/// The most likely alternatives of one generated token.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenLogprob {
+    pub logprob: f32,
+    /// `(token, logprob)`, most likely first.
+    pub top: Vec<(u32, f32)>,
+}
+
+/// What a request's stream carries.
+#[derive(Clone, Debug)]
+pub enum GenEvent {
+    /// The request was admitted; its prompt reuses this many cached tokens.
+    Started { reused_tokens: usize },
+    /// One generated token.
+    Token { id: u32, logprob: Option<TokenLogprob> },
+    /// Generation ended.
+    Done(GenSummary),
+    /// Generation failed; nothing more follows.
+    Error(String),
+}
+
+/// The end of a generation.
+#[derive(Clone, Debug)]
+pub struct GenSummary {
+    pub stop: StopReason,
+    pub prompt_tokens: usize,
+    pub reused_tokens: usize,
+    pub completion_tokens: usize,
+}
+
+/// What the HTTP side can tell a running request.
+#[derive(Debug, Default)]
+pub struct RequestControl {
+    /// A stop string matched: end with reason `stop` (its cells stay cached).
+    stop: AtomicBool,
+}
+
+impl RequestControl {
+    /// Asks the scheduler to end the request with reason `stop` at the next step.
+    pub fn request_stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// A generation request.
+pub struct GenRequest {
+    pub id: String,
+    pub prompt: Vec<u32>,
+    pub max_tokens: usize,
+    pub sampling: SamplingParams,
+    /// Top alternatives to report per token (`None`: no logprobs).
+    pub logprobs: Option<usize>,
+    pub control: Arc<RequestControl>,
+    pub events: mpsc::Sender<GenEvent>,
+    pub span: tracing::Span,
+}
+
+/// Why a submission was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum SubmitError {
+    #[error("the queue is full ({0} requests waiting)")]
+    QueueFull(usize),
+    #[error("the scheduler has stopped")]
+    Stopped,
+}
+
+/// Counters for `/health` and the metrics.
+#[derive(Clone, Debug, Default)]
+pub struct SchedulerStats {
+    pub waiting: usize,
+    pub running: usize,
+    pub kv_blocks_total: u32,
+    pub kv_blocks_free: usize,
+    pub kv_blocks_cached: usize,
+}
+
+enum Command {
+    Submit(Box<GenRequest>),
+    Stats(oneshot::Sender<SchedulerStats>),
+    Shutdown,
+}
+
+/// The scheduler's handle: cheap to clone, every method is a message.
+#[derive(Clone)]
+pub struct SchedulerHandle {
+    tx: Sender<Command>,
+    queued: Arc<AtomicUsize>,
+    max_queued: usize,
+}
+
+/// The running scheduler thread; joins on [`SchedulerThread::shutdown`].
+pub struct SchedulerThread {
+    handle: SchedulerHandle,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl SchedulerThread {
+    /// Starts the scheduler's device thread, which takes ownership of `engine`.
+    ///
+    /// # Errors
+    /// The thread could not be spawned.
+    pub fn start(engine: Engine, opts: SchedulerOptions) -> std::io::Result<SchedulerThread> {
+        // The mailbox holds the waiting requests plus a few control messages.
+        let (tx, rx) = crossbeam_channel::bounded(opts.max_queued + 16);
+        let queued = Arc::new(AtomicUsize::new(0));
+        let handle = SchedulerHandle { tx, queued: queued.clone(), max_queued: opts.max_queued };
+        let thread = std::thread::Builder::new().name("strata-scheduler".into()).spawn(move || {
+            let mut s = Scheduler::new(engine, opts, rx, queued);
+            s.run();
+        })?;
+        Ok(SchedulerThread { handle, thread: Some(thread) })
+    }
+
+    /// A handle for submitting requests.
+    pub fn handle(&self) -> SchedulerHandle {
+        self.handle.clone()
+    }
+
+    /// Lets running requests finish, refuses new ones, and joins the thread.
+    pub fn shutdown(mut self) {
+        let _ = self.handle.tx.send(Command::Shutdown);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl SchedulerHandle {
+    /// Queues a request.
+    ///
+    /// # Errors
+    /// [`SubmitError::QueueFull`] when `max_queued` requests already wait (answer 429/503), or
+    /// [`SubmitError::Stopped`] during shutdown.
+    pub fn submit(&self, req: GenRequest) -> Result<(), SubmitError> {
+        let prev = self.queued.fetch_add(1, Ordering::SeqCst);
+        if prev >= self.max_queued {
+            self.queued.fetch_sub(1, Ordering::SeqCst);
+            return Err(SubmitError::QueueFull(prev));
+        }
+        match self.tx.try_send(Command::Submit(Box::new(req))) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(_)) => {
+                self.queued.fetch_sub(1, Ordering::SeqCst);
+                Err(SubmitError::QueueFull(prev))
+            }
+            Err(TrySendError::Disconnected(_)) => {
+                self.queued.fetch_sub(1, Ordering::SeqCst);
+                Err(SubmitError::Stopped)
+            }
+        }
+    }
+
+    /// Current counts.
+    ///
+    /// # Cancel safety
+    /// Dropping the future only drops the reply.
+    pub async fn stats(&self) -> Option<SchedulerStats> {
+        let (tx, rx) = oneshot::channel();
+        self.tx.try_send(Command::Stats(tx)).ok()?;
+        rx.await.ok()
+    }
+
+    /// Requests waiting to be admitted.
+    pub fn queued(&self) -> usize {
+        self.queued.load(Ordering::Relaxed)
+    }
+}
+
+enum Phase {
+    /// `done` prompt tokens are in the cache.
+    Prefill { done: usize },
+    /// The next token to feed.
+    Decode { next: u32 },
+}
+
+struct Running {
+    req: Box<GenRequest>,
+    seq: SeqId,
+    phase: Phase,
+    sampler: Sampler,
+    history: Vec<u32>,
+    /// Tokens sampled (the end-of-generation token included).
+    generated: usize,
+    /// Tokens sent to the client.
+    emitted: usize,
+    reused: usize,
+    admitted: Instant,
+    prefill_started: Instant,
+    decode_started: Option<Instant>,
+    prefill_ms: f64,
+    queue_ms: f64,
+    /// Tokens the context still has room for.
+    budget: usize,
+}
+
+struct Scheduler {
+    engine: Engine,
+    opts: SchedulerOptions,
+    rx: Receiver<Command>,
+    queued: Arc<AtomicUsize>,
+    waiting: VecDeque<(Box<GenRequest>, Instant)>,
+    running: Vec<Running>,
+    next_seq: SeqId,
+    shutting_down: bool,
+    lp_scratch: Vec<f32>,
+}
+
+impl Scheduler {
+    fn new(engine: Engine, opts: SchedulerOptions, rx: Receiver<Command>, queued: Arc<AtomicUsize>) -> Self {
+        Scheduler { engine, opts, rx, queued, waiting: VecDeque::new(), running: Vec::new(), next_seq: 1 << 32, shutting_down: false, lp_scratch: Vec::new() }
+    }
+
+    fn run(&mut self) {
+        loop {
+            if !self.intake() {
+                break;
+            }
+            self.admit();
+            if self.running.is_empty() {
+                if self.shutting_down && self.waiting.is_empty() {
+                    break;
+                }
+                continue;
+            }
+            self.step();
+        }
+        for r in std::mem::take(&mut self.running) {
+            let _ = r.req.events.try_send(GenEvent::Error("the server is shutting down".into()));
+            let _ = self.engine.end_sequence(r.seq, false);
+        }
+    }
+
+    /// Takes commands; blocks only when there is nothing to compute. Returns false to exit.
+    fn intake(&mut self) -> bool {
+        let idle = self.running.is_empty() && self.waiting.is_empty();
+        if idle {
+            if self.shutting_down {
+                return false;
+            }
+            match self.rx.recv() {
+                Ok(c) => self.command(c),
+                Err(_) => return false,
+            }
+        }
+        loop {
+            match self.rx.try_recv() {
+                Ok(c) => self.command(c),
+                Err(TryRecvError::Empty) => return true,
+                Err(TryRecvError::Disconnected) => {
+                    self.shutting_down = true;
+                    return true;
+                }
+            }
+        }
+    }
+
+    fn command(&mut self, c: Command) {
+        match c {
+            Command::Submit(req) => {
+                if self.shutting_down {
+                    self.queued.fetch_sub(1, Ordering::SeqCst);
+                    let _ = req.events.try_send(GenEvent::Error("the server is shutting down".into()));
+                } else {
+                    self.waiting.push_back((req, Instant::now()));
+                }
+            }
+            Command::Stats(reply) => {
+                let st = self.engine.arena().stats();
+                let _ = reply.send(SchedulerStats {
+                    waiting: self.waiting.len(),
+                    running: self.running.len(),
+                    kv_blocks_total: st.total_blocks,
+                    kv_blocks_free: st.free_blocks,
+                    kv_blocks_cached: st.cached_blocks,
+                });
+            }
+            Command::Shutdown => self.shutting_down = true,
+        }
+    }
+
+    /// Moves waiting requests into the running set while there is room.
+    fn admit(&mut self) {
+        while self.running.len() < self.opts.max_running {
+            let Some((req, queued_at)) = self.waiting.pop_front() else { break };
+            self.queued.fetch_sub(1, Ordering::SeqCst);
+            if req.events.is_closed() {
+                tracing::info!(parent: &req.span, request_id = %req.id, "cancelled while waiting");
+                continue;
+            }
+            let seq = self.next_seq;
+            self.next_seq += 1;
+            let reused = match self.engine.start_sequence(seq, &req.prompt) {
+                Ok(r) => r,
+                Err(e) => {
+                    let _ = req.events.try_send(GenEvent::Error(e.to_string()));
+                    continue;
+                }
+            };
+            let max_context = self.engine.options().max_context;
+            let budget = req.max_tokens.min(max_context.saturating_sub(req.prompt.len()));
+            let _ = req.events.try_send(GenEvent::Started { reused_tokens: reused });
+            let now = Instant::now();
+            self.running.push(Running {
+                sampler: Sampler::new(req.sampling.clone()),
+                history: req.prompt.clone(),
+                seq,
+                phase: Phase::Prefill { done: reused },
+                generated: 0,
+                emitted: 0,
+                reused,
+                admitted: now,
+                prefill_started: now,
+                decode_started: None,
+                prefill_ms: 0.0,
+                queue_ms: now.duration_since(queued_at).as_secs_f64() * 1e3,
+                budget,
+                req,
+            });
+        }
+    }
+
+    /// One batched step over every running sequence.
+    fn step(&mut self) {
+        // Drop the requests whose clients went away, and the ones a stop string ended.
+        let mut i = 0;
+        while i < self.running.len() {
+            let r = &self.running[i];
+            let timed_out = r.admitted.elapsed() > self.opts.request_timeout;
+            if r.req.events.is_closed() {
+                let r = self.running.swap_remove(i);
+                self.end(r, StopReason::Cancelled, None);
+            } else if r.req.control.stop.load(Ordering::Relaxed) {
+                let r = self.running.swap_remove(i);
+                self.end(r, StopReason::Stop, None);
+            } else if timed_out {
+                let r = self.running.swap_remove(i);
+                let msg = format!("the request ran past the server's {} s limit", self.opts.request_timeout.as_secs());
+                self.end(r, StopReason::Cancelled, Some(msg));
+            } else {
+                i += 1;
+            }
+        }
+        if self.running.is_empty() {
+            return;
+        }
+        // Decoding sequences first (one token each), then prompt chunks in the room left.
+        let mut budget = self.engine.max_step_tokens();
+        let mut plan: Vec<(usize, std::ops::Range<usize>)> = Vec::new();
+        let mut order: Vec<usize> = (0..self.running.len()).collect();
+        order.sort_by_key(|&i| matches!(self.running[i].phase, Phase::Prefill { .. }));
+        let mut failed: Vec<(usize, String)> = Vec::new();
+        for i in order {
+            if budget == 0 {
+                break;
+            }
+            let r = &self.running[i];
+            let n = match r.phase {
+                Phase::Decode { .. } => 1,
+                Phase::Prefill { done } => (r.req.prompt.len() - done).min(budget).min(self.opts.prefill_chunk),
+            };
+            match self.engine.reserve(r.seq, n) {
+                Ok(()) => {
+                    budget -= n;
+                    plan.push((i, 0..n));
+                }
+                Err(KvError::Full { .. }) => {} // waits for another sequence to end
+                Err(e) => failed.push((i, e.to_string())),
+            }
+        }
+        if plan.is_empty() {
+            if failed.is_empty() {
+                // Nothing fits: the oldest sequence cannot grow. Fail it so the rest can go on.
+                failed.push((0, "the KV cache is full".to_string()));
+            }
+        }
+        let result = {
+            let running = &self.running;
+            let work: Vec<SeqStep<'_>> = plan
+                .iter()
+                .map(|(i, range)| {
+                    let r = &running[*i];
+                    match &r.phase {
+                        Phase::Decode { next } => SeqStep { seq: r.seq, tokens: std::slice::from_ref(next), want_logits: true },
+                        Phase::Prefill { done } => {
+                            let end = done + range.len();
+                            SeqStep { seq: r.seq, tokens: &r.req.prompt[*done..end], want_logits: end == r.req.prompt.len() }
+                        }
+                    }
+                })
+                .collect();
+            if work.is_empty() {
+                Ok(Vec::new())
+            } else {
+                // A panic in the device code fails this step's requests, not the server.
+                let engine = &mut self.engine;
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| engine.step(&work)))
+                    .unwrap_or_else(|p| Err(crate::engine::EngineError::Panic(panic_message(&p))))
+            }
+        };
+        let logits = match result {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::error!(error = %e, "step failed; ending its sequences");
+                let mut idx: Vec<usize> = plan.iter().map(|(i, _)| *i).collect();
+                idx.sort_unstable_by(|a, b| b.cmp(a));
+                for i in idx {
+                    let r = self.running.swap_remove(i);
+                    self.end(r, StopReason::Cancelled, Some(format!("device error: {e}")));
+                }
+                return;
+            }
+        };
+        let vocab = self.engine.model().hparams.vocab_size;
+        let mut row = 0;
+        let mut finished: Vec<(usize, StopReason)> = Vec::new();
+        for (i, range) in &plan {
+            let r = &mut self.running[*i];
+            let wants = match &mut r.phase {
+                Phase::Decode { .. } => true,
+                Phase::Prefill { done } => {
+                    *done += range.len();
+                    *done == r.req.prompt.len()
+                }
+            };
+            if !wants {
+                continue;
+            }
+            let l = &logits[row * vocab..(row + 1) * vocab];
+            row += 1;
+            if let Phase::Prefill { .. } = r.phase {
+                r.prefill_ms = r.prefill_started.elapsed().as_secs_f64() * 1e3;
+                r.decode_started = Some(Instant::now());
+                if let Err(e) = self.engine.hand_off_to_decode(r.seq) {
+                    tracing::error!(error = %e, "hand-off failed");
+                }
+            }
+            let tok = r.sampler.sample(l, &r.history);
+            r.history.push(tok);
+            r.generated += 1;
+            let eog = self.engine.model().tokenizer.is_end_of_generation(tok);
+            if eog {
+                finished.push((*i, StopReason::Stop));
+                continue;
+            }
+            let logprob = r.req.logprobs.map(|top_n| {
+                log_softmax(l, &mut self.lp_scratch);
+                top_logprobs(&self.lp_scratch, tok, top_n)
+            });
+            // The stream holds max_tokens + a few events, so it is never full while the client
+            // reads; a client that stopped reading is cancelled at the next step.
+            if r.req.events.try_send(GenEvent::Token { id: tok, logprob }).is_err() {
+                finished.push((*i, StopReason::Cancelled));
+                continue;
+            }
+            r.emitted += 1;
+            if r.generated >= r.budget {
+                finished.push((*i, StopReason::Length));
+            } else {
+                r.phase = Phase::Decode { next: tok };
+            }
+        }
+        finished.extend(failed.into_iter().map(|(i, msg)| {
+            let _ = self.running[i].req.events.try_send(GenEvent::Error(msg));
+            (i, StopReason::Cancelled)
+        }));
+        finished.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+        finished.dedup_by_key(|f| f.0);
+        for (i, stop) in finished {
+            let r = self.running.swap_remove(i);
+            self.end(r, stop, None);
+        }
+    }
+
+    fn end(&mut self, r: Running, stop: StopReason, error: Option<String>) {
+        let cache = stop != StopReason::Cancelled;
+        if let Err(e) = self.engine.end_sequence(r.seq, cache) {
+            tracing::error!(error = %e, "ending a sequence");
+        }
+        let completion_tokens = r.emitted;
+        if let Some(msg) = error {
+            let _ = r.req.events.try_send(GenEvent::Error(msg));
+        }
+        let decode_ms = r.decode_started.map_or(0.0, |t| t.elapsed().as_secs_f64() * 1e3);
+        let record = TimingRecord {
+            request_id: r.req.id.clone(),
+            prompt_tokens: r.req.prompt.len(),
+            reused_tokens: r.reused,
+            prefill_ms: r.prefill_ms,
+            generated_tokens: completion_tokens,
+            decode_ms,
+            wall_ms: r.admitted.elapsed().as_secs_f64() * 1e3 + r.queue_ms,
+            queue_ms: r.queue_ms,
+            stop_reason: stop.as_str(),
+            prefill_device: self.opts.prefill_device.clone(),
+            decode_device: self.opts.decode_device.clone(),
+        };
+        if stop == StopReason::Cancelled {
+            tracing::info!(parent: &r.req.span, request_id = %r.req.id, generated = completion_tokens, "request cancelled");
+        } else {
+            record.emit(self.opts.timing_log.as_deref());
+            let _ = r.req.events.try_send(GenEvent::Done(GenSummary {
+                stop,
+                prompt_tokens: r.req.prompt.len(),
+                reused_tokens: r.reused,
+                completion_tokens,
+            }));
+        }
+    }
+}
+
+fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_else(|| "a panic".into())
+}
+
+/// The chosen token's log-probability and the `top_n` most likely alternatives.
+fn top_logprobs(lp: &[f32], chosen: u32, top_n: usize) -> TokenLogprob {
+    let mut top: Vec<(u32, f32)> = Vec::with_capacity(top_n + 1);
+    if top_n > 0 {
+        let mut idx: Vec<u32> = (0..lp.len() as u32).collect();
+        let k = top_n.min(idx.len());
+        idx.select_nth_unstable_by(k - 1, |&a, &b| lp[b as usize].total_cmp(&lp[a as usize]));
+        idx.truncate(k);
+        idx.sort_unstable_by(|&a, &b| lp[b as usize].total_cmp(&lp[a as usize]));
+        top.extend(idx.into_iter().map(|i| (i, lp[i as usize])));
+    }
+    TokenLogprob { logprob: lp.get(chosen as usize).copied().unwrap_or(f32::NEG_INFINITY), top }
+}
