@@ -3,7 +3,8 @@
 
 pub mod engine;
 pub mod http;
+pub mod kv_broker;
 pub mod metrics;
 pub mod scheduler;
 
-pub use engine::{Engine, EngineError, EngineOptions, Flow, GenerationOutcome, LoadedModel, SeqStep, StopReason};
+pub use engine::{Engine, EngineError, EngineOptions, Flow, GenerationOutcome, LoadedModel, SeqStep, StepOutcome, StepStatus, StopReason};

@@ -1,7 +1,12 @@
 //! KV arena memory. The arena is one allocation (in chunks) made by the device that exports it;
-//! another device imports the same memory and reads it in place. This module holds the CPU
-//! device's half: page-aligned host memory that Vulkan can import with
-//! `VK_EXT_external_memory_host`.
+//! another device imports the same memory and reads it in place, and only the bookkeeping (the KV
+//! broker's block tables) moves between them.
+//!
+//! The interface is [`KvExport`] (what an exporting device hands over: host pages, opaque fds or
+//! dma-bufs, with the layout they were allocated for) and [`check_import`] (what every importing
+//! device runs first: the layout it computed itself must hash equal to the exporter's, or the
+//! start is refused with both layouts printed). This module also holds the CPU device's half:
+//! page-aligned host memory that Vulkan can import with `VK_EXT_external_memory_host`.
 
 use std::alloc::{self, Layout};
 use std::ptr::NonNull;
@@ -50,6 +55,51 @@ impl Drop for HostChunk {
 pub struct HostKvMemory {
     chunks: Vec<HostChunk>,
     placement: KvPlacement,
+    layout: Option<strata_kv::KvLayout>,
+}
+
+/// An exported KV arena: the memory of each chunk, as the importing API needs it, and the layout
+/// it was allocated for.
+#[derive(Debug)]
+pub enum KvExport {
+    /// Page-aligned host memory (`VK_EXT_external_memory_host`): base pointer and length of each
+    /// chunk. Valid while the exporting [`HostKvMemory`] lives.
+    Host { chunks: Vec<(usize, usize)>, layout: strata_kv::KvLayout },
+    /// One opaque POSIX fd per chunk (`cuMemExportToShareableHandle`, `VK_KHR_external_memory_fd`).
+    OpaqueFd { fds: Vec<std::os::fd::OwnedFd>, layout: strata_kv::KvLayout },
+    /// One dma-buf fd per chunk (HIP on AMD, `VK_EXT_external_memory_dma_buf`).
+    DmaBuf { fds: Vec<std::os::fd::OwnedFd>, layout: strata_kv::KvLayout },
+}
+
+impl KvExport {
+    /// The layout the exporter allocated for.
+    pub fn layout(&self) -> &strata_kv::KvLayout {
+        match self {
+            KvExport::Host { layout, .. } | KvExport::OpaqueFd { layout, .. } | KvExport::DmaBuf { layout, .. } => layout,
+        }
+    }
+
+    /// Number of chunks exported.
+    pub fn n_chunks(&self) -> usize {
+        match self {
+            KvExport::Host { chunks, .. } => chunks.len(),
+            KvExport::OpaqueFd { fds, .. } | KvExport::DmaBuf { fds, .. } => fds.len(),
+        }
+    }
+}
+
+/// What an importing device checks before it touches exported memory: the layout it computed on
+/// its own from the model and the configuration must equal the exporter's (compared by hash),
+/// and every chunk must be there.
+///
+/// # Errors
+/// [`DeviceError::LayoutMismatch`], naming both layouts' parameters.
+pub fn check_import(mine: &strata_kv::KvLayout, export: &KvExport) -> Result<(), DeviceError> {
+    mine.check_same(export.layout()).map_err(|e| DeviceError::LayoutMismatch(e.to_string()))?;
+    if export.n_chunks() != mine.chunks.len() {
+        return Err(DeviceError::LayoutMismatch(format!("{} chunks exported, the layout has {}", export.n_chunks(), mine.chunks.len())));
+    }
+    Ok(())
 }
 
 // SAFETY: the chunks are plain heap memory owned by this value; concurrent access to cells is
@@ -82,7 +132,28 @@ impl HostKvMemory {
             let ptr = NonNull::new(raw).ok_or_else(|| oom(bytes))?;
             chunks.push(HostChunk { ptr, layout });
         }
-        Ok(HostKvMemory { chunks, placement })
+        Ok(HostKvMemory { chunks, placement, layout: None })
+    }
+
+    /// Allocates host memory for `layout` (f16 K/V), remembering the layout for export.
+    ///
+    /// # Errors
+    /// As [`HostKvMemory::allocate`], and a layout the CPU device cannot read.
+    pub fn allocate_for(layout: &strata_kv::KvLayout) -> Result<Self, DeviceError> {
+        let mut mem = Self::allocate(KvPlacement::from_layout(layout)?)?;
+        mem.layout = Some(layout.clone());
+        Ok(mem)
+    }
+
+    /// Exports the arena for another device to import in place (no copy is made).
+    ///
+    /// # Errors
+    /// Memory allocated without a layout ([`HostKvMemory::allocate`]) cannot be checked by an
+    /// importer, so it is not exported.
+    pub fn export(&self) -> Result<KvExport, DeviceError> {
+        let layout = self.layout.clone().ok_or_else(|| DeviceError::Unsupported { device: "cpu".into(), what: "exporting KV memory allocated without a layout".into() })?;
+        let chunks = self.chunks.iter().map(|c| (c.ptr.as_ptr() as usize, c.layout.size())).collect();
+        Ok(KvExport::Host { chunks, layout })
     }
 
     /// The placement this memory was allocated for.
@@ -137,5 +208,40 @@ impl KvPlacement {
         let v = (0..n_layers).map(|l| place(l, KvTensorKind::V)).collect::<Result<Vec<_>, _>>()?;
         let row_stride_bytes = layout.place(0, KvTensorKind::K).map_or(0, |p| p.row_stride_bytes);
         Ok(KvPlacement { chunk_bytes: layout.chunks.clone(), k, v, row_stride_bytes, n_cells: layout.params.n_cells })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use strata_kv::{KvDtype, KvLayout, KvShape, LayoutParams};
+
+    fn layout(n_cells: u64, chunk_limit: u64) -> KvLayout {
+        let shape = KvShape { n_layers: 3, n_kv_heads: 2, head_dim: 64, dtype: KvDtype::F16 };
+        let mut p = LayoutParams::new(shape, n_cells);
+        p.chunk_limit_bytes = chunk_limit;
+        KvLayout::compute(&p).expect("layout")
+    }
+
+    #[test]
+    fn an_export_is_the_same_memory_and_imports_only_into_the_same_layout() {
+        let l = layout(256, 1 << 16);
+        let mem = HostKvMemory::allocate_for(&l).expect("allocate");
+        let export = mem.export().expect("export");
+        assert!(l.chunks.len() > 1, "the small chunk limit splits the arena");
+        // Zero copy: the exported chunks are the allocation itself.
+        match &export {
+            KvExport::Host { chunks, .. } => {
+                for (i, &(ptr, len)) in chunks.iter().enumerate() {
+                    let (mine, my_len) = mem.chunk_raw(i).expect("chunk");
+                    assert_eq!((ptr, len), (mine as usize, my_len));
+                }
+            }
+            other => panic!("unexpected export {other:?}"),
+        }
+        check_import(&l, &export).expect("same layout imports");
+        let err = check_import(&layout(128, 1 << 16), &export).expect_err("another layout is refused");
+        let msg = err.to_string();
+        assert!(msg.contains("128") && msg.contains("256"), "the error names both layouts: {msg}");
     }
 }

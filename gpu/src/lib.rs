@@ -27,6 +27,8 @@ pub enum DeviceError {
     Kernel(#[from] strata_quant::QuantError),
     #[error("device {0:?} is not available on this machine")]
     NotAvailable(String),
+    #[error("the imported KV arena does not match this device's layout: {0}")]
+    LayoutMismatch(String),
 }
 
 /// One step's worth of tokens: any mix of prompt chunks and decode tokens of many sequences.

@@ -6,7 +6,7 @@
 // Micro-tiles index their register arrays by (row, token); iterators would obscure them.
 #![allow(clippy::needless_range_loop)]
 
-use crate::pack::{drive, side_stride, ActPack, Tile, RT};
+use crate::pack::{drive, side_stride, ActPack, Tile};
 use crate::reference::{get_scale_min_k4, QK_K};
 use crate::GgmlType;
 use half::f16;
@@ -52,8 +52,6 @@ pub(crate) unsafe fn matmul(
                         w: w0.add(r0 * rb),
                         rb,
                         nb: k,
-                        dw: std::ptr::null(),
-                        u: std::ptr::null(),
                         side: 0,
                         aq: acts.as_ptr().add(t0 * 4 * k),
                         astride: 4 * k,
@@ -74,15 +72,10 @@ pub(crate) unsafe fn matmul(
         }
         GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 => {
             let pack = ActPack::new(ty, acts, k, n_tokens, 0.0);
-            // Prefill precomputes per-row scale arrays once per row tile and token block;
-            // decode decodes block headers inside the tile loop.
-            let prologue = n_tokens >= crate::pack::TT;
+            // One kernel for every token count: each (row, token) result is then computed by the
+            // same instructions in the same order whatever else is in the step (batch invariance).
             let nb = k / 32;
             let side = side_stride(nb);
-            let mut dw = vec![0f32; RT * side];
-            let mut u = vec![0f32; RT * side];
-            let dwp = dw.as_mut_ptr();
-            let up = u.as_mut_ptr();
             drive(
                 nrows,
                 n_tokens,
@@ -91,8 +84,6 @@ pub(crate) unsafe fn matmul(
                         w: w0.add(r0 * rb),
                         rb,
                         nb,
-                        dw: dwp,
-                        u: up,
                         side,
                         aq: pack.qs.as_ptr().add(t0 * k),
                         astride: k,
@@ -103,22 +94,12 @@ pub(crate) unsafe fn matmul(
                         ostride: nrows,
                     };
                     match ty {
-                        GgmlType::Q4_0 if !prologue => dispatch_tile!(tile_b32_inline, Q40, nr, nt, &tile),
-                        GgmlType::Q4_1 if !prologue => dispatch_tile!(tile_b32_inline, Q41, nr, nt, &tile),
-                        GgmlType::Q8_0 if !prologue => dispatch_tile!(tile_b32_inline, Q80, nr, nt, &tile),
-                        GgmlType::Q4_0 => dispatch_tile!(tile_b32, Q40, nr, nt, &tile),
-                        GgmlType::Q4_1 => dispatch_tile!(tile_b32, Q41, nr, nt, &tile),
-                        _ => dispatch_tile!(tile_b32, Q80, nr, nt, &tile),
+                        GgmlType::Q4_0 => dispatch_tile!(tile_b32_inline, Q40, nr, nt, &tile),
+                        GgmlType::Q4_1 => dispatch_tile!(tile_b32_inline, Q41, nr, nt, &tile),
+                        _ => dispatch_tile!(tile_b32_inline, Q80, nr, nt, &tile),
                     }
                 },
-                |r0, nr| {
-                    if !prologue {
-                        return;
-                    }
-                    for r in 0..nr {
-                        weight_sides(ty, w0.add((r0 + r) * rb), nb, dwp.add(r * side), up.add(r * side), side);
-                    }
-                },
+                |_, _| {},
             );
         }
         _ => {
@@ -133,8 +114,6 @@ pub(crate) unsafe fn matmul(
                         w: w0.add(r0 * rb),
                         rb,
                         nb: nsb,
-                        dw: std::ptr::null(),
-                        u: std::ptr::null(),
                         side,
                         aq: pack.qs.as_ptr().add(t0 * k),
                         astride: k,
@@ -153,38 +132,6 @@ pub(crate) unsafe fn matmul(
                 |_, _| {},
             );
         }
-    }
-}
-
-/// Per-row side arrays of a 32-block row (see `pack::weight_sides`), 8 blocks per gather.
-/// # Safety
-/// The CPU must have the features in this function's `target_feature` attribute, and
-/// every pointer must be valid for the reads and writes its arguments describe.
-#[target_feature(enable = "avx2,f16c")]
-unsafe fn weight_sides(ty: GgmlType, row: *const u8, nb: usize, dw: *mut f32, u: *mut f32, side: usize) {
-    let bb = ty.block_bytes() as i32;
-    let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    let lo16 = _mm256_setr_epi8(
-        0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1, 0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1,
-    );
-    let mut b = 0;
-    while b < side {
-        let bi = _mm256_add_epi32(lanes, _mm256_set1_epi32(b as i32));
-        let m = _mm256_cmpgt_epi32(_mm256_set1_epi32(nb as i32), bi);
-        let idx = _mm256_mullo_epi32(bi, _mm256_set1_epi32(bb));
-        let x = _mm256_mask_i32gather_epi32::<1>(_mm256_setzero_si256(), row as *const i32, idx, m);
-        let to_f = |v: __m256i| {
-            let p = _mm256_permute4x64_epi64::<0b1000>(_mm256_shuffle_epi8(v, lo16));
-            _mm256_cvtph_ps(_mm256_castsi256_si128(p))
-        };
-        let d = to_f(x);
-        _mm256_storeu_ps(dw.add(b), d);
-        if ty == GgmlType::Q4_1 {
-            _mm256_storeu_ps(u.add(b), to_f(_mm256_srli_epi32::<16>(x)));
-        } else {
-            _mm256_storeu_ps(u.add(b), d);
-        }
-        b += 8;
     }
 }
 
@@ -210,64 +157,7 @@ unsafe fn hsum(v: __m256) -> f32 {
     _mm_cvtss_f32(s)
 }
 
-/// R rows x T tokens of a 32-block weight type against its repacked 8-bit activations.
-/// # Safety
-/// The CPU must have the features in this function's `target_feature` attribute, and
-/// every pointer must be valid for the reads and writes its arguments describe.
-#[target_feature(enable = "avx2,fma")]
-unsafe fn tile_b32<const W: u8, const R: usize, const T: usize>(p: &Tile) {
-    let ones = _mm256_set1_epi16(1);
-    let m0f = _mm256_set1_epi8(0x0f);
-    let shifts = _mm256_set_epi64x(4, 4, 0, 0);
-    let mut acc = [[_mm256_setzero_ps(); T]; R];
-    let nb = p.nb;
-    for b in 0..nb {
-        let mut wv = [_mm256_setzero_si256(); R];
-        let mut wsign = [_mm256_setzero_si256(); R];
-        let mut dwv = [_mm256_setzero_ps(); R];
-        for r in 0..R {
-            let row = p.w.add(r * p.rb);
-            if W == Q80 {
-                let w = _mm256_loadu_si256(row.add(b * 34 + 2) as *const __m256i);
-                wsign[r] = w;
-                wv[r] = _mm256_sign_epi8(w, w);
-            } else {
-                let (bb, qo) = if W == Q41 { (20, 4) } else { (18, 2) };
-                let q = _mm256_broadcastsi128_si256(_mm_loadu_si128(row.add(b * bb + qo) as *const __m128i));
-                wv[r] = _mm256_and_si256(_mm256_srlv_epi64(q, shifts), m0f);
-            }
-            dwv[r] = _mm256_set1_ps(*p.dw.add(r * p.side + b));
-        }
-        for t in 0..T {
-            let a = _mm256_loadu_si256(p.aq.add(t * p.astride + 32 * b) as *const __m256i);
-            let da = _mm256_set1_ps(*p.ad.add(t * p.side + b));
-            for r in 0..R {
-                let a2 = if W == Q80 { _mm256_sign_epi8(a, wsign[r]) } else { a };
-                let dot = _mm256_madd_epi16(_mm256_maddubs_epi16(wv[r], a2), ones);
-                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(dwv[r], da), acc[r][t]);
-            }
-        }
-    }
-    if W != Q80 {
-        let mut c = 0;
-        while c < nb {
-            for r in 0..R {
-                let u = _mm256_loadu_ps(p.u.add(r * p.side + c));
-                for t in 0..T {
-                    acc[r][t] = _mm256_fmadd_ps(u, _mm256_loadu_ps(p.av.add(t * p.side + c)), acc[r][t]);
-                }
-            }
-            c += 8;
-        }
-    }
-    for r in 0..R {
-        for t in 0..T {
-            *p.out.add(t * p.ostride + r) = hsum(acc[r][t]);
-        }
-    }
-}
-
-/// Like `tile_b32`, but reads the block scales inside the loop (no per-row prologue) and
+/// R rows x T tokens of a 32-block weight type; reads the block scales inside the loop and
 /// folds the bias in lane-wise: for decode.
 /// # Safety
 /// The CPU must have the features in this function's `target_feature` attribute, and

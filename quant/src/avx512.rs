@@ -6,7 +6,7 @@
 // Micro-tiles index their register arrays by (row, token); iterators would obscure them.
 #![allow(clippy::needless_range_loop)]
 
-use crate::pack::{drive, side_stride, ActPack, Tile, RT};
+use crate::pack::{drive, side_stride, ActPack, Tile};
 use crate::reference::{get_scale_min_k4, QK_K};
 use crate::GgmlType;
 use half::f16;
@@ -54,8 +54,6 @@ pub(crate) unsafe fn matmul(
                     w: w0.add(r0 * rb),
                     rb,
                     nb: k,
-                    dw: std::ptr::null(),
-                    u: std::ptr::null(),
                     side: 0,
                     aq: acts.as_ptr().add(t0 * 4 * k),
                     astride: 4 * k,
@@ -74,15 +72,12 @@ pub(crate) unsafe fn matmul(
         }
         GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 => {
             let pack = ActPack::new(ty, acts, k, n_tokens, 128.0);
-            // Q4_1 prefill precomputes per-row scale arrays once per row tile and token block;
-            // everything else decodes block headers inside the tile loop.
-            let prologue = n_tokens >= crate::pack::TT;
+            // One kernel for every token count: each (row, token) result is then computed by the
+            // same instructions in the same order whatever else is in the step, so a sequence's
+            // output does not depend on its batch (batch invariance). Measured cost: Q4_1 prefill
+            // loses the precomputed per-row scales.
             let nb = k / 32;
             let side = side_stride(nb);
-            let mut dw = vec![0f32; RT * side];
-            let mut u = vec![0f32; RT * side];
-            let dwp = dw.as_mut_ptr();
-            let up = u.as_mut_ptr();
             drive(
                 nrows,
                 n_tokens,
@@ -91,8 +86,6 @@ pub(crate) unsafe fn matmul(
                         w: w0.add(r0 * rb),
                         rb,
                         nb,
-                        dw: dwp,
-                        u: up,
                         side,
                         aq: pack.qs.as_ptr().add(t0 * k),
                         astride: k,
@@ -103,22 +96,12 @@ pub(crate) unsafe fn matmul(
                         ostride: nrows,
                     };
                     match ty {
-                        GgmlType::Q4_0 if !prologue => dispatch_tile!(tile_b32_inline, Q40, nr, nt, &tile),
-                        GgmlType::Q4_1 if !prologue => dispatch_tile!(tile_b32_inline, Q41, nr, nt, &tile),
-                        GgmlType::Q8_0 if !prologue => dispatch_tile!(tile_b32_inline, Q80, nr, nt, &tile),
-                        GgmlType::Q4_0 => dispatch_tile!(tile_b32, Q40, nr, nt, &tile),
-                        GgmlType::Q4_1 => dispatch_tile!(tile_b32, Q41, nr, nt, &tile),
-                        _ => dispatch_tile!(tile_b32, Q80, nr, nt, &tile),
+                        GgmlType::Q4_0 => dispatch_tile!(tile_b32_inline, Q40, nr, nt, &tile),
+                        GgmlType::Q4_1 => dispatch_tile!(tile_b32_inline, Q41, nr, nt, &tile),
+                        _ => dispatch_tile!(tile_b32_inline, Q80, nr, nt, &tile),
                     }
                 },
-                |r0, nr| {
-                    if !prologue {
-                        return;
-                    }
-                    for r in 0..nr {
-                        weight_sides(ty, w0.add((r0 + r) * rb), nb, dwp.add(r * side), up.add(r * side), side);
-                    }
-                },
+                |_, _| {},
             );
         }
         _ => {
@@ -130,8 +113,6 @@ pub(crate) unsafe fn matmul(
                     w: w0.add(r0 * rb),
                     rb,
                     nb: nsb,
-                    dw: std::ptr::null(),
-                    u: std::ptr::null(),
                     side,
                     aq: pack.qs.as_ptr().add(t0 * k),
                     astride: k,
@@ -148,31 +129,6 @@ pub(crate) unsafe fn matmul(
                 }
             }, |_, _| {});
         }
-    }
-}
-
-/// Per-row side arrays of a 32-block row (see `pack::weight_sides`), 16 blocks per gather.
-/// # Safety
-/// The CPU must have the features in this function's `target_feature` attribute, and
-/// every pointer must be valid for the reads and writes its arguments describe.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
-unsafe fn weight_sides(ty: GgmlType, row: *const u8, nb: usize, dw: *mut f32, u: *mut f32, side: usize) {
-    let bb = ty.block_bytes() as i32;
-    let lanes = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-    let mut b = 0;
-    while b < side {
-        let left = nb.saturating_sub(b);
-        let m = tail_mask(left);
-        let idx = _mm512_mullo_epi32(_mm512_add_epi32(lanes, _mm512_set1_epi32(b as i32)), _mm512_set1_epi32(bb));
-        let x = _mm512_mask_i32gather_epi32::<1>(_mm512_setzero_si512(), m, idx, row as *const i32);
-        let d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(x));
-        _mm512_storeu_ps(dw.add(b), d);
-        if ty == GgmlType::Q4_1 {
-            _mm512_storeu_ps(u.add(b), _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32::<16>(x))));
-        } else {
-            _mm512_storeu_ps(u.add(b), d);
-        }
-        b += 16;
     }
 }
 
@@ -214,53 +170,9 @@ unsafe fn load_w32<const W: u8>(row: *const u8, b: usize, two: bool) -> __m512i 
     }
 }
 
-/// R rows x T tokens of a 32-block weight type against its repacked 8-bit activations.
-/// # Safety
-/// The CPU must have the features in this function's `target_feature` attribute, and
-/// every pointer must be valid for the reads and writes its arguments describe.
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma")]
-unsafe fn tile_b32<const W: u8, const R: usize, const T: usize>(p: &Tile) {
-    let idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-    let mut acc = [[_mm512_setzero_ps(); T]; R];
-    let nb = p.nb;
-    let mut b = 0;
-    while b < nb {
-        let two = b + 1 < nb;
-        let mut wv = [_mm512_setzero_si512(); R];
-        let mut dwv = [_mm512_setzero_ps(); R];
-        for r in 0..R {
-            wv[r] = load_w32::<W>(p.w.add(r * p.rb), b, two);
-            dwv[r] = _mm512_permutexvar_ps(idx, _mm512_loadu_ps(p.dw.add(r * p.side + b)));
-        }
-        for t in 0..T {
-            let a = _mm512_loadu_si512(p.aq.add(t * p.astride + 32 * b) as *const _);
-            let da = _mm512_permutexvar_ps(idx, _mm512_loadu_ps(p.ad.add(t * p.side + b)));
-            for r in 0..R {
-                let dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[r], a);
-                acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dwv[r], da), acc[r][t]);
-            }
-        }
-        b += 2;
-    }
-    let mut c = 0;
-    while c < nb {
-        for r in 0..R {
-            let u = _mm512_loadu_ps(p.u.add(r * p.side + c));
-            for t in 0..T {
-                acc[r][t] = _mm512_fmadd_ps(u, _mm512_loadu_ps(p.av.add(t * p.side + c)), acc[r][t]);
-            }
-        }
-        c += 16;
-    }
-    for r in 0..R {
-        for t in 0..T {
-            *p.out.add(t * p.ostride + r) = _mm512_reduce_add_ps(acc[r][t]);
-        }
-    }
-}
-
-/// Like `tile_b32`, but decodes the block scales inside the loop (no per-row prologue) and
-/// folds the bias in lane-wise: best for decode, and for Q4_0/Q8_0 at any token count.
+/// R rows x T tokens of a 32-block weight type against its repacked 8-bit activations. It decodes
+/// the block scales inside the loop and folds the bias in lane-wise; every (row, token) sees the
+/// same instruction sequence whatever R and T are.
 /// # Safety
 /// The CPU must have the features in this function's `target_feature` attribute, and
 /// every pointer must be valid for the reads and writes its arguments describe.

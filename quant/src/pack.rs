@@ -75,20 +75,6 @@ impl ActPack {
     }
 }
 
-/// Per-row weight scales for the 32-block types: `dw[b]` (the block scale) and `u[b]` (the
-/// partner of the activation's `v`: the block min `m` for Q4_1, else `d`), zero padded.
-#[allow(dead_code)]
-pub(crate) fn weight_sides(weight: GgmlType, row: &[u8], nb: usize, dw: &mut [f32], u: &mut [f32]) {
-    let bb = weight.block_bytes();
-    for b in 0..nb {
-        let d = f16_at(row, b * bb);
-        dw[b] = d;
-        u[b] = if weight == GgmlType::Q4_1 { f16_at(row, b * bb + 2) } else { d };
-    }
-    dw[nb..].fill(0.0);
-    u[nb..].fill(0.0);
-}
-
 /// Rows per micro-tile.
 pub(crate) const RT: usize = 4;
 /// Tokens per micro-tile.
@@ -127,9 +113,7 @@ pub(crate) struct Tile {
     pub rb: usize,
     /// Blocks (32-blocks, super-blocks or elements for float types) per row.
     pub nb: usize,
-    /// Per-row side arrays (`dw`, `u`), `side` floats per row.
-    pub dw: *const f32,
-    pub u: *const f32,
+    /// Floats per token in the activation side arrays (`ad`, `av`).
     pub side: usize,
     /// First token's activation values (bytes), `astride` bytes per token.
     pub aq: *const u8,

@@ -275,3 +275,36 @@ proptest! {
         }
     }
 }
+
+/// Batch invariance: a token's results are bit-identical whether it is multiplied alone or with
+/// any number of other tokens (a server batches unrelated requests together; greedy outputs must
+/// not depend on the company a request keeps).
+#[test]
+fn every_level_is_batch_invariant() {
+    let mut rng = StdRng::seed_from_u64(7);
+    let mut kernels = simd_levels();
+    kernels.push(scalar());
+    for ty in WEIGHT_TYPES {
+        let k = ks(ty)[0];
+        let c = make_case(&mut rng, ty, k, 9, 70);
+        let arb = activation_row_bytes(ty, k);
+        for kern in &kernels {
+            let all = run(kern, &c, 0..c.nrows);
+            for n in [1usize, 2, 3, 5, 17, 64] {
+                for t0 in [0usize, 3, 70 - n] {
+                    let part = Case { n_tokens: n, a: c.a[t0 * arb..(t0 + n) * arb].to_vec(), w: c.w.clone(), wf: Vec::new(), af: Vec::new(), ..c };
+                    let out = run(kern, &part, 0..c.nrows);
+                    for t in 0..n {
+                        let (got, want) = (&out[t * c.nrows..(t + 1) * c.nrows], &all[(t0 + t) * c.nrows..(t0 + t + 1) * c.nrows]);
+                        assert!(
+                            got.iter().zip(want).all(|(a, b)| a.to_bits() == b.to_bits()),
+                            "{ty} at {:?}: token {} gives other bits in a batch of {n} than in one of 70",
+                            kern.level(),
+                            t0 + t
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

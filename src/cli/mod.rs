@@ -79,9 +79,21 @@ fn init_logging(level: &str, json: bool) {
     let _ = if json { builder.json().try_init() } else { builder.try_init() };
 }
 
-/// Loads a model, saying what it loaded.
+/// Models larger than this get a progress bar while their pages are read in.
+const PREFAULT_PROGRESS_BYTES: u64 = 512 << 20;
+
+/// Loads a model; a large one is read into memory with a progress bar (on a terminal).
 pub fn load_model(path: &std::path::Path) -> Result<Arc<LoadedModel>> {
     let model = LoadedModel::load(path).with_context(|| format!("loading {}", path.display()))?;
+    if model.file.file_bytes() >= PREFAULT_PROGRESS_BYTES {
+        let bar = indicatif::ProgressBar::new(model.file.file_bytes());
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("reading weights [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        model.prefault(&mut |done, _| bar.set_position(done));
+        bar.finish_and_clear();
+    }
     Ok(Arc::new(model))
 }
 

@@ -20,7 +20,20 @@ pub fn run(config: Config) -> Result<ExitCode> {
     let system = actix_web::rt::System::new();
     system.block_on(async {
         let workers = std::thread::available_parallelism().map_or(2, |n| n.get()).min(4);
-        let server = http::bind(state.clone(), listen, workers, SHUTDOWN_GRACE).with_context(|| format!("listening on {listen}"))?;
+        // With `[metrics] listen`, the metrics get their own address and leave the API port
+        // (disabled metrics answer 404 with a reason on the API port).
+        let metrics_on_main = (!config.metrics.enabled || config.metrics.listen.is_none()).then(|| config.metrics.path.clone());
+        let server = http::bind_with_metrics(state.clone(), listen, workers, SHUTDOWN_GRACE, metrics_on_main).with_context(|| format!("listening on {listen}"))?;
+        let metrics_server = match config.metrics.listen.filter(|_| config.metrics.enabled) {
+            Some(addr) => {
+                let s = http::bind_metrics(state.clone(), addr, config.metrics.path.clone()).with_context(|| format!("listening on {addr} ([metrics] listen)"))?;
+                eprintln!("metrics on http://{addr}{}", config.metrics.path);
+                let handle = s.handle();
+                actix_web::rt::spawn(s);
+                Some(handle)
+            }
+            None => None,
+        };
         eprintln!("strata-rt {} listening on http://{listen} (loading {})", env!("CARGO_PKG_VERSION"), config.model.path.display());
         let loader_state = state.clone();
         let cfg = config.clone();
@@ -40,6 +53,9 @@ pub fn run(config: Config) -> Result<ExitCode> {
             })
             .context("starting the loader thread")?;
         server.await.context("the HTTP server failed")?;
+        if let Some(m) = metrics_server {
+            m.stop(true).await;
+        }
         eprintln!("shutting down");
         state.shutdown();
         Ok::<_, anyhow::Error>(())
@@ -65,6 +81,12 @@ fn load(config: &Config) -> Result<(Ready, SchedulerThread)> {
     );
     let max_context = engine.options().max_context;
     let device = engine.device_name();
+    eprintln!(
+        "device {device}: {:.1} MiB of weights (mapped in place), {:.1} MiB KV arena (host memory)",
+        model.weights.total_bytes() as f64 / 1048576.0,
+        arena_bytes as f64 / 1048576.0
+    );
+    strata_actors::metrics::set_build_info(&config.model.served_name(), &device, &device);
     let opts = SchedulerOptions {
         max_queued: config.server.max_queued_requests,
         max_running: config.max_running_requests(),

@@ -3,6 +3,12 @@
 
 use std::path::PathBuf;
 
+pub mod http;
+pub mod server;
+
+#[allow(unused_imports)]
+pub use server::TestServer;
+
 /// The repository root.
 pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

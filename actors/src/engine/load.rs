@@ -72,6 +72,23 @@ impl LoadedModel {
         Ok(LoadedModel { path: path.to_path_buf(), file, hparams, weights, graph, tokenizer: Arc::new(tokenizer), chat_template, name })
     }
 
+    /// Reads every page of the mapped weights once, so the first requests do not stall on page
+    /// faults; `progress(done_bytes, total_bytes)` is called as it goes.
+    pub fn prefault(&self, progress: &mut dyn FnMut(u64, u64)) {
+        const PAGE: usize = 4096;
+        const REPORT_EVERY: usize = 64 << 20;
+        let bytes = self.file.bytes();
+        let total = bytes.len() as u64;
+        let mut sum = 0u8;
+        for (i, chunk) in bytes.chunks(REPORT_EVERY).enumerate() {
+            for page in chunk.chunks(PAGE) {
+                sum = sum.wrapping_add(page[0]);
+            }
+            progress(((i + 1) * REPORT_EVERY).min(bytes.len()) as u64, total);
+        }
+        std::hint::black_box(sum);
+    }
+
     /// A one-paragraph summary for the start-up log.
     pub fn summary(&self) -> String {
         let hp = &self.hparams;

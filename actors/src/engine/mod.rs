@@ -9,9 +9,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use strata_gpu::cpu::{CpuOptions, CpuPlan};
-use strata_gpu::kv_memory::{HostKvMemory, KvPlacement};
+use strata_gpu::kv_memory::HostKvMemory;
 use strata_gpu::{DeviceError, ForwardPlan, StepBatch};
 use strata_kv::{KvArena, KvError, KvLayout, KvShape, LayoutParams, Owner, SeqId};
+
+use crate::kv_broker::{BrokerError, KvBroker, KvBrokerHandle};
 use strata_model::sampling::{Sampler, SamplingParams};
 
 /// Sizes of the engine's step buffers and KV arena.
@@ -48,6 +50,8 @@ pub enum EngineError {
     Device(#[from] DeviceError),
     #[error("KV arena: {0}")]
     Kv(#[from] KvError),
+    #[error("KV broker: {0}")]
+    Broker(#[from] BrokerError),
     #[error("KV layout: {0}")]
     Layout(#[from] strata_kv::LayoutError),
     #[error("the prompt is empty")]
@@ -121,18 +125,41 @@ pub enum Flow {
     Cancel,
 }
 
-/// A loaded model on a device, with its KV arena.
+/// A loaded model on a device, with its KV arena (memory here, bookkeeping in the KV broker).
 pub struct Engine {
     model: Arc<LoadedModel>,
     plan: Box<dyn ForwardPlan>,
-    arena: KvArena,
+    kv: KvBrokerHandle,
+    /// Keeps the broker thread's owner alive as long as the engine.
+    _broker: KvBroker,
     layout: KvLayout,
     opts: EngineOptions,
     next_seq: SeqId,
 }
 
+/// What happened to one entry of a batched [`Engine::step`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum StepStatus {
+    /// Its tokens ran; `logits_row` indexes the returned logits when it wanted them.
+    Ran { logits_row: Option<usize> },
+    /// The arena had no room now; nothing ran for it (retry after others finish).
+    Deferred,
+    /// It cannot go on (it can never fit, or its bookkeeping is wrong).
+    Failed(String),
+}
+
+/// The result of a batched step.
+#[derive(Clone, Debug)]
+pub struct StepOutcome {
+    /// One row of `vocab_size` logits per entry that ran and wanted them.
+    pub logits: Vec<f32>,
+    /// One per entry, in order.
+    pub status: Vec<StepStatus>,
+}
+
 impl Engine {
-    /// Lays out the KV arena, allocates it in host memory and compiles the graph for the CPU.
+    /// Lays out the KV arena, allocates it in host memory, starts its broker and compiles the
+    /// graph for the CPU.
     ///
     /// # Errors
     /// An arena that cannot be laid out or allocated, or a graph the device cannot run.
@@ -142,7 +169,7 @@ impl Engine {
         let mut params = LayoutParams::new(shape, opts.n_cells as u64);
         params.block_size = opts.block_size as u32;
         let layout = KvLayout::compute(&params)?;
-        let kv = Arc::new(HostKvMemory::allocate(KvPlacement::from_layout(&layout)?)?);
+        let kv = Arc::new(HostKvMemory::allocate_for(&layout)?);
         let kernels = match opts.simd {
             Some(level) => Some(strata_quant::Kernels::with_level(level).ok_or_else(|| DeviceError::NotAvailable(format!("cpu SIMD level {level:?}")))?),
             None => None,
@@ -153,8 +180,8 @@ impl Engine {
             kv,
             CpuOptions { threads: opts.threads, max_batch_tokens: opts.ubatch, max_outputs: opts.max_outputs, block_size: opts.block_size, kernels },
         )?;
-        let arena = KvArena::from_layout(&layout);
-        Ok(Engine { model, plan: Box::new(plan), arena, layout, opts, next_seq: 1 })
+        let broker = KvBroker::start(KvArena::from_layout(&layout)).map_err(|e| DeviceError::Unsupported { device: "kv".into(), what: format!("starting the KV broker: {e}") })?;
+        Ok(Engine { model, plan: Box::new(plan), kv: broker.handle(), _broker: broker, layout, opts, next_seq: 1 })
     }
 
     /// The model.
@@ -167,9 +194,9 @@ impl Engine {
         &self.layout
     }
 
-    /// The KV arena's bookkeeping.
-    pub fn arena(&self) -> &KvArena {
-        &self.arena
+    /// The KV broker that owns the arena's bookkeeping.
+    pub fn kv(&self) -> &KvBrokerHandle {
+        &self.kv
     }
 
     /// The options.
@@ -196,21 +223,24 @@ impl Engine {
         Ok(())
     }
 
-    /// Runs `tokens` (the sequence's next tokens, from position `start`) through the model in
-    /// ubatch-sized steps, returning the logits of the last one (or of every token when
-    /// `all_logits`).
+    fn new_seq(&mut self) -> SeqId {
+        let s = self.next_seq;
+        self.next_seq += 1;
+        s
+    }
+
+    /// Runs one sequence's `tokens` in ubatch-sized steps; returns the last token's logits, or
+    /// every token's when `all_logits`.
     fn run_tokens(&mut self, seq: SeqId, tokens: &[u32], all_logits: bool) -> Result<Vec<f32>, EngineError> {
         let vocab = self.model.hparams.vocab_size;
         let step = if all_logits { self.opts.ubatch.min(self.opts.max_outputs) } else { self.opts.ubatch };
         let mut logits = Vec::new();
         for chunk in tokens.chunks(step) {
-            let start = self.arena.seq_len(seq).ok_or(KvError::UnknownSequence(seq))?;
-            self.arena.reserve(seq, chunk.len())?;
-            let table: Vec<u32> = self.arena.block_table(seq).ok_or(KvError::UnknownSequence(seq))?.iter().map(|b| b.0).collect();
-            let positions: Vec<u32> = (start..start + chunk.len()).map(|p| p as u32).collect();
+            let r = self.kv.reserve_batch(vec![(seq, chunk.len())])?.pop().ok_or(BrokerError::Gone)??;
+            let positions: Vec<u32> = (r.start_pos..r.start_pos + chunk.len()).map(|p| p as u32).collect();
             let seq_of_token = vec![0u32; chunk.len()];
             let output_rows: Vec<u32> = if all_logits { (0..chunk.len() as u32).collect() } else { vec![chunk.len() as u32 - 1] };
-            let tables = [table.as_slice()];
+            let tables = [r.table.as_slice()];
             let batch = StepBatch { tokens: chunk, positions: &positions, seq_of_token: &seq_of_token, block_tables: &tables, output_rows: &output_rows };
             let out = self.plan.forward(&batch)?;
             if all_logits {
@@ -219,7 +249,7 @@ impl Engine {
                 logits.clear();
                 logits.extend_from_slice(&out[..vocab]);
             }
-            self.arena.commit_tokens(seq, chunk)?;
+            self.kv.commit_batch(vec![(seq, chunk.to_vec())])?;
         }
         Ok(logits)
     }
@@ -232,16 +262,10 @@ impl Engine {
     pub fn teacher_forced_logits(&mut self, tokens: &[u32]) -> Result<Vec<f32>, EngineError> {
         self.check_prompt(tokens)?;
         let seq = self.new_seq();
-        self.arena.start_sequence(seq, &[], Owner::Prefill)?;
+        self.kv.start(seq, &[], Owner::Prefill)?;
         let result = self.run_tokens(seq, tokens, true);
-        self.arena.cancel(seq)?;
+        self.kv.end(seq, false)?;
         result
-    }
-
-    fn new_seq(&mut self) -> SeqId {
-        let s = self.next_seq;
-        self.next_seq += 1;
-        s
     }
 
     /// Generates up to `max_tokens` tokens after `prompt`, calling `on_token` with each; stops at
@@ -262,16 +286,10 @@ impl Engine {
         self.check_prompt(prompt)?;
         sampling.validate().map_err(EngineError::Sampling)?;
         let seq = self.new_seq();
-        let start = self.arena.start_sequence(seq, prompt, Owner::Prefill)?;
+        let start = self.kv.start(seq, prompt, Owner::Prefill)?;
         let result = self.generate_seq(seq, prompt, start.reused_tokens, max_tokens, sampling, &mut on_token);
-        match &result {
-            Ok(o) if o.stop != StopReason::Cancelled => {
-                self.arena.finish(seq)?;
-            }
-            _ => {
-                self.arena.cancel(seq)?;
-            }
-        }
+        let cache = matches!(&result, Ok(o) if o.stop != StopReason::Cancelled);
+        self.kv.end(seq, cache)?;
         result
     }
 
@@ -287,7 +305,7 @@ impl Engine {
         let t0 = Instant::now();
         let mut logits = self.run_tokens(seq, &prompt[reused..], false)?;
         let prefill_ms = t0.elapsed().as_secs_f64() * 1e3;
-        self.arena.hand_off(seq, Owner::Prefill, Owner::Decode)?;
+        self.kv.hand_off(seq, Owner::Prefill, Owner::Decode)?;
         let t1 = Instant::now();
         let mut sampler = Sampler::new(sampling.clone());
         let mut history = prompt.to_vec();
@@ -337,7 +355,7 @@ impl Engine {
     pub fn bench(&mut self, prompt: &[u32], n_gen: usize) -> Result<(f64, f64), EngineError> {
         self.check_prompt(prompt)?;
         let seq = self.new_seq();
-        self.arena.start_sequence(seq, &[], Owner::Prefill)?;
+        self.kv.start(seq, &[], Owner::Prefill)?;
         let result = (|| {
             let t0 = Instant::now();
             let mut logits = if prompt.len() > 1 || n_gen == 0 { self.run_tokens(seq, prompt, false)? } else { Vec::new() };
@@ -350,7 +368,7 @@ impl Engine {
             }
             Ok((prefill_ms, t1.elapsed().as_secs_f64() * 1e3))
         })();
-        self.arena.cancel(seq)?;
+        self.kv.end(seq, false)?;
         result
     }
 
@@ -361,78 +379,74 @@ impl Engine {
     /// A bad prompt, or a sequence id already in use.
     pub fn start_sequence(&mut self, seq: SeqId, prompt: &[u32]) -> Result<usize, EngineError> {
         self.check_prompt(prompt)?;
-        Ok(self.arena.start_sequence(seq, prompt, Owner::Prefill)?.reused_tokens)
-    }
-
-    /// Makes room in `seq`'s block table for `n_new_tokens` more tokens (see [`KvArena::reserve`]).
-    ///
-    /// # Errors
-    /// [`KvError::Full`] (wait for other sequences) or [`KvError::ExceedsCapacity`] (never fits).
-    pub fn reserve(&mut self, seq: SeqId, n_new_tokens: usize) -> Result<(), KvError> {
-        self.arena.reserve(seq, n_new_tokens).map(|_| ())
+        Ok(self.kv.start(seq, prompt, Owner::Prefill)?.reused_tokens)
     }
 
     /// Moves `seq` from prefill to decode ownership.
     ///
     /// # Errors
     /// An unknown sequence or one not in prefill.
-    pub fn hand_off_to_decode(&mut self, seq: SeqId) -> Result<(), KvError> {
-        self.arena.hand_off(seq, Owner::Prefill, Owner::Decode)
+    pub fn hand_off_to_decode(&mut self, seq: SeqId) -> Result<(), EngineError> {
+        Ok(self.kv.hand_off(seq, Owner::Prefill, Owner::Decode)?)
     }
 
     /// Ends `seq`: its full blocks join the prefix cache (`cache`) or everything is given back.
     ///
     /// # Errors
     /// An unknown sequence.
-    pub fn end_sequence(&mut self, seq: SeqId, cache: bool) -> Result<(), KvError> {
-        if cache {
-            self.arena.finish(seq).map(|_| ())
-        } else {
-            self.arena.cancel(seq).map(|_| ())
-        }
+    pub fn end_sequence(&mut self, seq: SeqId, cache: bool) -> Result<(), EngineError> {
+        Ok(self.kv.end(seq, cache)?)
     }
 
     /// Runs one step over several sequences at once: each entry's tokens follow that sequence's
-    /// committed ones. Room must have been reserved. Returns one row of logits for each entry
-    /// with `want_logits` (for its last token), in order.
+    /// committed ones. One message to the KV broker reserves room for all of them (entries it
+    /// cannot fit now are deferred, not run), one more commits what ran.
     ///
     /// # Errors
-    /// A device error, or a batch that does not fit the plan; no sequence's tokens are then
-    /// committed.
-    pub fn step(&mut self, work: &[SeqStep<'_>]) -> Result<Vec<f32>, EngineError> {
-        let n: usize = work.iter().map(|w| w.tokens.len()).sum();
-        let mut tokens = Vec::with_capacity(n);
-        let mut positions = Vec::with_capacity(n);
-        let mut seq_of_token = Vec::with_capacity(n);
-        let mut tables: Vec<Vec<u32>> = Vec::with_capacity(work.len());
+    /// A device error or a stopped broker; no entry's tokens are then committed.
+    pub fn step(&mut self, work: &[SeqStep<'_>]) -> Result<StepOutcome, EngineError> {
+        let reservations = self.kv.reserve_batch(work.iter().map(|w| (w.seq, w.tokens.len())).collect())?;
+        let mut status = Vec::with_capacity(work.len());
+        let mut tokens = Vec::new();
+        let mut positions = Vec::new();
+        let mut seq_of_token = Vec::new();
+        let mut tables: Vec<Vec<u32>> = Vec::new();
         let mut output_rows = Vec::new();
-        for (i, w) in work.iter().enumerate() {
-            let start = self.arena.seq_len(w.seq).ok_or(KvError::UnknownSequence(w.seq))?;
-            tables.push(self.arena.block_table(w.seq).ok_or(KvError::UnknownSequence(w.seq))?.iter().map(|b| b.0).collect());
-            tokens.extend_from_slice(w.tokens);
-            positions.extend((start..start + w.tokens.len()).map(|p| p as u32));
-            seq_of_token.extend(std::iter::repeat_n(i as u32, w.tokens.len()));
-            if w.want_logits && !w.tokens.is_empty() {
-                output_rows.push(tokens.len() as u32 - 1);
+        let mut commits = Vec::new();
+        for (w, r) in work.iter().zip(reservations) {
+            match r {
+                Ok(r) if !w.tokens.is_empty() => {
+                    let idx = tables.len() as u32;
+                    tables.push(r.table);
+                    tokens.extend_from_slice(w.tokens);
+                    positions.extend((r.start_pos..r.start_pos + w.tokens.len()).map(|p| p as u32));
+                    seq_of_token.extend(std::iter::repeat_n(idx, w.tokens.len()));
+                    let row = w.want_logits.then(|| {
+                        output_rows.push(tokens.len() as u32 - 1);
+                        output_rows.len() - 1
+                    });
+                    status.push(StepStatus::Ran { logits_row: row });
+                    commits.push((w.seq, w.tokens.to_vec()));
+                }
+                Ok(_) => status.push(StepStatus::Ran { logits_row: None }),
+                Err(KvError::Full { .. }) => status.push(StepStatus::Deferred),
+                Err(e) => status.push(StepStatus::Failed(e.to_string())),
             }
         }
-        let table_refs: Vec<&[u32]> = tables.iter().map(Vec::as_slice).collect();
-        let batch = StepBatch { tokens: &tokens, positions: &positions, seq_of_token: &seq_of_token, block_tables: &table_refs, output_rows: &output_rows };
-        let logits = if output_rows.is_empty() && !tokens.is_empty() {
-            // The plan always returns at least one row; ask for the last and drop it.
-            let rows = [tokens.len() as u32 - 1];
-            let batch = StepBatch { output_rows: &rows, ..batch };
-            self.plan.forward(&batch)?;
-            Vec::new()
-        } else if tokens.is_empty() {
-            Vec::new()
-        } else {
-            self.plan.forward(&batch)?.to_vec()
-        };
-        for w in work {
-            self.arena.commit_tokens(w.seq, w.tokens)?;
+        if tokens.is_empty() {
+            return Ok(StepOutcome { logits: Vec::new(), status });
         }
-        Ok(logits)
+        let table_refs: Vec<&[u32]> = tables.iter().map(Vec::as_slice).collect();
+        // The plan returns at least one row; with none wanted, ask for the last and drop it.
+        let wanted = !output_rows.is_empty();
+        if !wanted {
+            output_rows.push(tokens.len() as u32 - 1);
+        }
+        let batch = StepBatch { tokens: &tokens, positions: &positions, seq_of_token: &seq_of_token, block_tables: &table_refs, output_rows: &output_rows };
+        let out = self.plan.forward(&batch)?;
+        let logits = if wanted { out.to_vec() } else { Vec::new() };
+        self.kv.commit_batch(commits)?;
+        Ok(StepOutcome { logits, status })
     }
 
     /// Most tokens one step may hold.

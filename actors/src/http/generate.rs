@@ -37,11 +37,18 @@ enum Endpoint {
 }
 
 pub async fn chat_completions(state: web::Data<AppState>, payload: web::Payload) -> HttpResponse {
-    generate(state, payload, Endpoint::Chat).await.unwrap_or_else(|e| error_response(&e))
+    generate(state, payload, Endpoint::Chat).await.unwrap_or_else(|e| refused(&e))
 }
 
 pub async fn completions(state: web::Data<AppState>, payload: web::Payload) -> HttpResponse {
-    generate(state, payload, Endpoint::Completion).await.unwrap_or_else(|e| error_response(&e))
+    generate(state, payload, Endpoint::Completion).await.unwrap_or_else(|e| refused(&e))
+}
+
+/// Answers a generation request's error, counting it as a rejection when it is one (a 4xx or
+/// 503 before admission; failures after admission are counted by the scheduler).
+fn refused(e: &ApiError) -> HttpResponse {
+    crate::metrics::request_rejected(e.status);
+    error_response(e)
 }
 
 /// Renders (for chat) and tokenizes the prompt on the blocking pool.
@@ -105,13 +112,10 @@ async fn generate(state: web::Data<AppState>, payload: web::Payload, endpoint: E
     let prompt_tokens = prompt.len();
     let req = GenRequest { id: id.clone(), prompt, max_tokens, sampling: sampling_params(&spec), logprobs: spec.logprobs, control: control.clone(), events: tx, span };
     ready.scheduler.submit(req).map_err(|e| match e {
-        SubmitError::QueueFull(_) => {
-            metrics::counter!("strata_requests_rejected_total", "reason" => "queue_full").increment(1);
-            ApiError::rate_limited(1)
-        }
+        SubmitError::QueueFull(_) => ApiError::rate_limited(1),
         SubmitError::Stopped => ApiError::overloaded(5).with_code("shutting_down"),
     })?;
-    metrics::counter!("strata_prompt_tokens_total").increment(prompt_tokens as u64);
+    crate::metrics::prompt_tokens(prompt_tokens);
     let out = Output::new(ready, &spec, control, endpoint, id);
     if spec.stream {
         Ok(stream_response(out, rx))
@@ -207,19 +211,44 @@ impl Output {
     }
 }
 
-fn record_finish(reason: &'static str, completion_tokens: usize) {
-    metrics::counter!("strata_requests_finished_total", "reason" => reason).increment(1);
-    metrics::counter!("strata_generated_tokens_total").increment(completion_tokens as u64);
+/// How often a non-streaming response writes a byte of whitespace while it waits.
+const HEARTBEAT: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// A non-streaming answer. Errors before admission get their own status. After it, the 200 and
+/// its headers go out at once and the body is JSON preceded by whitespace written every
+/// [`HEARTBEAT`] (JSON allows leading whitespace): writing is the only way to notice a client
+/// that went away, which drops this body, which cancels the sequence and frees its KV blocks.
+/// A failure during generation is then answered in the body as an OpenAI error object.
+async fn collect_response(out: Output, mut rx: mpsc::Receiver<GenEvent>) -> Result<HttpResponse, ApiError> {
+    let reused = match rx.recv().await {
+        Some(GenEvent::Started { reused_tokens }) => reused_tokens,
+        Some(GenEvent::Error(msg)) => return Err(ApiError::internal(msg)),
+        Some(_) | None => return Err(ApiError::internal("the scheduler ended the request without an answer")),
+    };
+    let body = Box::pin(collect_body(out, rx, reused));
+    let start = tokio::time::Instant::now() + HEARTBEAT;
+    let ticks = tokio::time::interval_at(start, HEARTBEAT);
+    let stream = futures_util::stream::unfold((Some(body), ticks), |(body, mut ticks)| async move {
+        let mut body = body?;
+        tokio::select! {
+            done = &mut body => {
+                let json = done.unwrap_or_else(|e| e.to_json());
+                Some((Ok::<_, actix_web::Error>(Bytes::from(json)), (None, ticks)))
+            }
+            _ = ticks.tick() => Some((Ok(Bytes::from_static(b" ")), (Some(body), ticks))),
+        }
+    });
+    Ok(HttpResponse::Ok().content_type("application/json").streaming(stream))
 }
 
-async fn collect_response(mut out: Output, mut rx: mpsc::Receiver<GenEvent>) -> Result<HttpResponse, ApiError> {
+/// Collects a generation into its JSON body.
+async fn collect_body(mut out: Output, mut rx: mpsc::Receiver<GenEvent>, reused: usize) -> Result<String, ApiError> {
     let mut text = String::new();
     let mut chat_lp = ChatLogprobs { content: Vec::new() };
     let mut cmpl_lp = CompletionLogprobs::default();
-    let mut reused = 0;
     while let Some(ev) = rx.recv().await {
         match ev {
-            GenEvent::Started { reused_tokens } => reused = reused_tokens,
+            GenEvent::Started { .. } => {}
             GenEvent::Token { id, logprob } => {
                 let p = out.token(id, logprob.as_ref());
                 text.push_str(&p.text);
@@ -236,29 +265,20 @@ async fn collect_response(mut out: Output, mut rx: mpsc::Receiver<GenEvent>) -> 
             GenEvent::Done(summary) => {
                 text.push_str(&out.flush());
                 let reason = out.finish_reason(summary.stop);
-                record_finish(finish_name(reason), summary.completion_tokens);
                 let usage = Usage::new(summary.prompt_tokens, summary.completion_tokens, summary.reused_tokens.max(reused));
                 let created = strata_openai::unix_now();
                 let body = match out.endpoint {
                     Endpoint::Chat => serde_json::to_string(&strata_openai::ChatCompletion::new(out.id.clone(), created, out.model.clone(), text, out.want_logprobs.then_some(chat_lp), reason, usage)),
                     Endpoint::Completion => serde_json::to_string(&Completion::new(out.id.clone(), created, out.model.clone(), text, out.want_logprobs.then_some(cmpl_lp), reason, usage)),
                 };
-                return Ok(HttpResponse::Ok().content_type("application/json").body(body.map_err(|e| ApiError::internal(e.to_string()))?));
+                return body.map_err(|e| ApiError::internal(e.to_string()));
             }
             GenEvent::Error(msg) => {
-                record_finish("error", out.completion_tokens);
                 return Err(ApiError::internal(msg));
             }
         }
     }
     Err(ApiError::internal("the scheduler ended the request without an answer"))
-}
-
-fn finish_name(r: FinishReason) -> &'static str {
-    match r {
-        FinishReason::Stop => "stop",
-        FinishReason::Length => "length",
-    }
 }
 
 /// Server-sent events in OpenAI's chunk format, ending with `data: [DONE]`. When the client goes
@@ -323,7 +343,6 @@ fn stream_response(out: Output, rx: mpsc::Receiver<GenEvent>) -> HttpResponse {
                         });
                     }
                     let reason = st.out.finish_reason(summary.stop);
-                    record_finish(finish_name(reason), summary.completion_tokens);
                     let usage = Usage::new(summary.prompt_tokens, summary.completion_tokens, summary.reused_tokens.max(st.reused));
                     match st.out.endpoint {
                         Endpoint::Chat => {
@@ -344,7 +363,6 @@ fn stream_response(out: Output, rx: mpsc::Receiver<GenEvent>) -> HttpResponse {
                     break;
                 }
                 GenEvent::Error(msg) => {
-                    record_finish("error", st.out.completion_tokens);
                     frame.push_str(&strata_openai::sse_error(&ApiError::internal(msg)));
                     frame.push_str(strata_openai::SSE_DONE);
                     st.done = true;
@@ -387,7 +405,9 @@ pub async fn detokenize(state: web::Data<AppState>, payload: web::Payload) -> Ht
         let ready = state.ready()?;
         let body = read_body(payload, ready.limits.max_body_bytes).await?;
         let req = strata_openai::parse_detokenize_request(&body, &ready.limits)?;
-        let content = ready.model.tokenizer.decode(&req.tokens).map_err(|e| ApiError::invalid_param("tokens", e.to_string()))?;
+        // Special tokens are rendered, as llama-server does, so /tokenize and /detokenize round-trip.
+        let bytes = ready.model.tokenizer.decode_bytes(&req.tokens, true).map_err(|e| ApiError::invalid_param("tokens", e.to_string()))?;
+        let content = String::from_utf8_lossy(&bytes).into_owned();
         Ok::<_, ApiError>(HttpResponse::Ok().json(strata_openai::DetokenizeResponse { content }))
     };
     run.await.unwrap_or_else(|e| error_response(&e))

@@ -87,7 +87,7 @@ pub(crate) fn error_response(e: &ApiError) -> HttpResponse {
     if let Some(s) = e.retry_after_s {
         b.insert_header((header::RETRY_AFTER, s.to_string()));
     }
-    metrics::counter!("strata_http_errors_total", "status" => e.status.to_string()).increment(1);
+    crate::metrics::http_error(e.status);
     b.body(e.to_json())
 }
 
@@ -118,15 +118,10 @@ async fn models(state: web::Data<AppState>) -> HttpResponse {
     }
 }
 
+/// The Prometheus text. The request and KV gauges are kept current by the scheduler thread, so
+/// a scrape never waits for a device step; only the process gauges are read here.
 async fn metrics_text(state: web::Data<AppState>) -> HttpResponse {
-    if let Some(r) = state.ready.get() {
-        if let Some(s) = r.scheduler.stats().await {
-            metrics::gauge!("strata_requests_waiting").set(s.waiting as f64);
-            metrics::gauge!("strata_requests_running").set(s.running as f64);
-            metrics::gauge!("strata_kv_blocks_total").set(s.kv_blocks_total as f64);
-            metrics::gauge!("strata_kv_blocks_free").set(s.kv_blocks_free as f64);
-        }
-    }
+    crate::metrics::refresh_process();
     match &state.metrics {
         Some(h) => HttpResponse::Ok().content_type("text/plain; version=0.0.4").body(h.render()),
         None => HttpResponse::NotFound().body("metrics are disabled ([metrics] enabled = false)"),
@@ -143,6 +138,21 @@ async fn not_found() -> HttpResponse {
 /// # Errors
 /// The address cannot be bound.
 pub fn bind(state: Arc<AppState>, listen: SocketAddr, workers: usize, shutdown_timeout: Duration) -> std::io::Result<actix_web::dev::Server> {
+    bind_with_metrics(state, listen, workers, shutdown_timeout, Some("/metrics".to_owned()))
+}
+
+/// [`bind`], serving the metrics at `metrics_path` (`None`: not on this address, e.g. when
+/// `[metrics] listen` gives them their own).
+///
+/// # Errors
+/// The address cannot be bound.
+pub fn bind_with_metrics(
+    state: Arc<AppState>,
+    listen: SocketAddr,
+    workers: usize,
+    shutdown_timeout: Duration,
+    metrics_path: Option<String>,
+) -> std::io::Result<actix_web::dev::Server> {
     let data = web::Data::from(state);
     let max_body = data.max_body_bytes;
     let server = HttpServer::new(move || {
@@ -151,7 +161,11 @@ pub fn bind(state: Arc<AppState>, listen: SocketAddr, workers: usize, shutdown_t
             .app_data(web::PayloadConfig::new(max_body.saturating_add(1)))
             .route("/health", web::get().to(health))
             .route("/v1/models", web::get().to(models))
-            .route("/metrics", web::get().to(metrics_text))
+            .configure(|cfg| {
+                if let Some(p) = metrics_path.as_deref() {
+                    cfg.route(p, web::get().to(metrics_text));
+                }
+            })
             .route("/v1/chat/completions", web::post().to(generate::chat_completions))
             .route("/v1/completions", web::post().to(generate::completions))
             .route("/tokenize", web::post().to(generate::tokenize))
@@ -162,5 +176,19 @@ pub fn bind(state: Arc<AppState>, listen: SocketAddr, workers: usize, shutdown_t
     .shutdown_timeout(shutdown_timeout.as_secs())
     .bind(listen)?
     .run();
+    Ok(server)
+}
+
+/// Binds a second, metrics-only server (`[metrics] listen`): `path` answers the Prometheus text,
+/// everything else 404. One worker; it stops with the main server on SIGINT/SIGTERM.
+///
+/// # Errors
+/// The address cannot be bound.
+pub fn bind_metrics(state: Arc<AppState>, listen: SocketAddr, path: String) -> std::io::Result<actix_web::dev::Server> {
+    let data = web::Data::from(state);
+    let server = HttpServer::new(move || App::new().app_data(data.clone()).route(&path, web::get().to(metrics_text)).default_service(web::to(not_found)))
+        .workers(1)
+        .bind(listen)?
+        .run();
     Ok(server)
 }

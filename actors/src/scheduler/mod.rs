@@ -18,11 +18,11 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, TryRecvError, TrySendError};
-use strata_kv::{KvError, SeqId};
+use strata_kv::SeqId;
 use strata_model::sampling::{log_softmax, Sampler, SamplingParams};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::engine::{Engine, SeqStep, StopReason};
+use crate::engine::{Engine, SeqStep, StepStatus, StopReason};
 
 /// Limits of the scheduler.
 #[derive(Clone, Debug)]
@@ -181,14 +181,18 @@ impl SchedulerHandle {
             self.queued.fetch_sub(1, Ordering::SeqCst);
             return Err(SubmitError::QueueFull(prev));
         }
+        // Counted before the send, so the scheduler's decrement never comes first.
+        crate::metrics::request_queued();
         match self.tx.try_send(Command::Submit(Box::new(req))) {
             Ok(()) => Ok(()),
             Err(TrySendError::Full(_)) => {
                 self.queued.fetch_sub(1, Ordering::SeqCst);
+                crate::metrics::request_unqueued();
                 Err(SubmitError::QueueFull(prev))
             }
             Err(TrySendError::Disconnected(_)) => {
                 self.queued.fetch_sub(1, Ordering::SeqCst);
+                crate::metrics::request_unqueued();
                 Err(SubmitError::Stopped)
             }
         }
@@ -247,11 +251,22 @@ struct Scheduler {
     next_seq: SeqId,
     shutting_down: bool,
     lp_scratch: Vec<f32>,
+    metrics: crate::metrics::SchedulerMetrics,
 }
 
 impl Scheduler {
     fn new(engine: Engine, opts: SchedulerOptions, rx: Receiver<Command>, queued: Arc<AtomicUsize>) -> Self {
-        Scheduler { engine, opts, rx, queued, waiting: VecDeque::new(), running: Vec::new(), next_seq: 1 << 32, shutting_down: false, lp_scratch: Vec::new() }
+        let kv = engine.kv().stats().unwrap_or_default();
+        let metrics = crate::metrics::SchedulerMetrics::new(&opts.prefill_device, &opts.decode_device, &kv, engine.layout().total_bytes());
+        Scheduler { engine, opts, rx, queued, waiting: VecDeque::new(), running: Vec::new(), next_seq: 1 << 32, shutting_down: false, lp_scratch: Vec::new(), metrics }
+    }
+
+    /// Publishes the gateway gauges (running, KV usage) and the KV arena series.
+    fn publish_metrics(&self) {
+        self.metrics.set_running(self.running.len());
+        if let Ok(kv) = self.engine.kv().stats() {
+            self.metrics.publish_kv(&kv);
+        }
     }
 
     fn run(&mut self) {
@@ -260,6 +275,7 @@ impl Scheduler {
                 break;
             }
             self.admit();
+            self.publish_metrics();
             if self.running.is_empty() {
                 if self.shutting_down && self.waiting.is_empty() {
                     break;
@@ -267,6 +283,7 @@ impl Scheduler {
                 continue;
             }
             self.step();
+            self.publish_metrics();
         }
         for r in std::mem::take(&mut self.running) {
             let _ = r.req.events.try_send(GenEvent::Error("the server is shutting down".into()));
@@ -303,13 +320,14 @@ impl Scheduler {
             Command::Submit(req) => {
                 if self.shutting_down {
                     self.queued.fetch_sub(1, Ordering::SeqCst);
+                    self.metrics.dequeued();
                     let _ = req.events.try_send(GenEvent::Error("the server is shutting down".into()));
                 } else {
                     self.waiting.push_back((req, Instant::now()));
                 }
             }
             Command::Stats(reply) => {
-                let st = self.engine.arena().stats();
+                let st = self.engine.kv().stats().unwrap_or_default();
                 let _ = reply.send(SchedulerStats {
                     waiting: self.waiting.len(),
                     running: self.running.len(),
@@ -327,8 +345,10 @@ impl Scheduler {
         while self.running.len() < self.opts.max_running {
             let Some((req, queued_at)) = self.waiting.pop_front() else { break };
             self.queued.fetch_sub(1, Ordering::SeqCst);
+            self.metrics.dequeued();
             if req.events.is_closed() {
                 tracing::info!(parent: &req.span, request_id = %req.id, "cancelled while waiting");
+                self.metrics.finished(crate::metrics::Finish::Cancelled, &crate::metrics::RequestTimes::default());
                 continue;
             }
             let seq = self.next_seq;
@@ -337,6 +357,7 @@ impl Scheduler {
                 Ok(r) => r,
                 Err(e) => {
                     let _ = req.events.try_send(GenEvent::Error(e.to_string()));
+                    self.metrics.finished(crate::metrics::Finish::Error, &crate::metrics::RequestTimes::default());
                     continue;
                 }
             };
@@ -344,6 +365,8 @@ impl Scheduler {
             let budget = req.max_tokens.min(max_context.saturating_sub(req.prompt.len()));
             let _ = req.events.try_send(GenEvent::Started { reused_tokens: reused });
             let now = Instant::now();
+            self.metrics.admitted(now.duration_since(queued_at));
+            tracing::debug!(parent: &req.span, reused_tokens = reused, "admitted");
             self.running.push(Running {
                 sampler: Sampler::new(req.sampling.clone()),
                 history: req.prompt.clone(),
@@ -392,7 +415,6 @@ impl Scheduler {
         let mut plan: Vec<(usize, std::ops::Range<usize>)> = Vec::new();
         let mut order: Vec<usize> = (0..self.running.len()).collect();
         order.sort_by_key(|&i| matches!(self.running[i].phase, Phase::Prefill { .. }));
-        let mut failed: Vec<(usize, String)> = Vec::new();
         for i in order {
             if budget == 0 {
                 break;
@@ -402,21 +424,12 @@ impl Scheduler {
                 Phase::Decode { .. } => 1,
                 Phase::Prefill { done } => (r.req.prompt.len() - done).min(budget).min(self.opts.prefill_chunk),
             };
-            match self.engine.reserve(r.seq, n) {
-                Ok(()) => {
-                    budget -= n;
-                    plan.push((i, 0..n));
-                }
-                Err(KvError::Full { .. }) => {} // waits for another sequence to end
-                Err(e) => failed.push((i, e.to_string())),
-            }
+            budget -= n;
+            plan.push((i, 0..n));
         }
-        if plan.is_empty() {
-            if failed.is_empty() {
-                // Nothing fits: the oldest sequence cannot grow. Fail it so the rest can go on.
-                failed.push((0, "the KV cache is full".to_string()));
-            }
-        }
+        let n_decoding = plan.iter().filter(|(i, _)| matches!(self.running[*i].phase, Phase::Decode { .. })).count();
+        let n_tokens: usize = plan.iter().map(|(_, r)| r.len()).sum();
+        let step_started = Instant::now();
         let result = {
             let running = &self.running;
             let work: Vec<SeqStep<'_>> = plan
@@ -432,17 +445,14 @@ impl Scheduler {
                     }
                 })
                 .collect();
-            if work.is_empty() {
-                Ok(Vec::new())
-            } else {
-                // A panic in the device code fails this step's requests, not the server.
-                let engine = &mut self.engine;
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| engine.step(&work)))
-                    .unwrap_or_else(|p| Err(crate::engine::EngineError::Panic(panic_message(&p))))
-            }
+            // A panic in the device code fails this step's requests, not the server.
+            let engine = &mut self.engine;
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| engine.step(&work)))
+                .unwrap_or_else(|p| Err(crate::engine::EngineError::Panic(panic_message(&p))))
         };
-        let logits = match result {
-            Ok(l) => l,
+        self.metrics.step(plan.len(), n_decoding, n_tokens, step_started.elapsed());
+        let outcome = match result {
+            Ok(o) => o,
             Err(e) => {
                 tracing::error!(error = %e, "step failed; ending its sequences");
                 let mut idx: Vec<usize> = plan.iter().map(|(i, _)| *i).collect();
@@ -454,28 +464,40 @@ impl Scheduler {
                 return;
             }
         };
-        let vocab = self.engine.model().hparams.vocab_size;
-        let mut row = 0;
-        let mut finished: Vec<(usize, StopReason)> = Vec::new();
-        for (i, range) in &plan {
-            let r = &mut self.running[*i];
-            let wants = match &mut r.phase {
-                Phase::Decode { .. } => true,
-                Phase::Prefill { done } => {
-                    *done += range.len();
-                    *done == r.req.prompt.len()
-                }
-            };
-            if !wants {
-                continue;
+        let mut failed: Vec<(usize, String)> = Vec::new();
+        let mut ran: Vec<(usize, std::ops::Range<usize>, Option<usize>)> = Vec::new();
+        for ((i, range), st) in plan.iter().zip(&outcome.status) {
+            match st {
+                StepStatus::Ran { logits_row } => ran.push((*i, range.clone(), *logits_row)),
+                StepStatus::Deferred => {} // waits for another sequence to give blocks back
+                StepStatus::Failed(msg) => failed.push((*i, msg.clone())),
             }
+        }
+        if ran.is_empty() && failed.is_empty() {
+            // Nothing fits and nothing will end by itself: fail the sequence admitted first, so
+            // the others can go on.
+            if let Some(oldest) = (0..self.running.len()).min_by_key(|&i| self.running[i].admitted) {
+                failed.push((oldest, "the KV cache is full".to_string()));
+            }
+        }
+        let logits = outcome.logits;
+        let vocab = self.engine.model().hparams.vocab_size;
+        let mut finished: Vec<(usize, StopReason)> = Vec::new();
+        for (i, range, logits_row) in &ran {
+            let r = &mut self.running[*i];
+            if let Phase::Prefill { done } = &mut r.phase {
+                *done += range.len();
+            }
+            let Some(row) = logits_row else { continue };
             let l = &logits[row * vocab..(row + 1) * vocab];
-            row += 1;
             if let Phase::Prefill { .. } = r.phase {
                 r.prefill_ms = r.prefill_started.elapsed().as_secs_f64() * 1e3;
                 r.decode_started = Some(Instant::now());
+                self.metrics.first_token(Duration::from_secs_f64(r.queue_ms / 1e3) + r.admitted.elapsed());
                 if let Err(e) = self.engine.hand_off_to_decode(r.seq) {
-                    tracing::error!(error = %e, "hand-off failed");
+                    tracing::error!(parent: &r.req.span, error = %e, "hand-off failed");
+                } else {
+                    self.metrics.handoff();
                 }
             }
             let tok = r.sampler.sample(l, &r.history);
@@ -516,11 +538,13 @@ impl Scheduler {
     }
 
     fn end(&mut self, r: Running, stop: StopReason, error: Option<String>) {
+        let _span = r.req.span.enter();
         let cache = stop != StopReason::Cancelled;
         if let Err(e) = self.engine.end_sequence(r.seq, cache) {
             tracing::error!(error = %e, "ending a sequence");
         }
         let completion_tokens = r.emitted;
+        let failed = error.is_some();
         if let Some(msg) = error {
             let _ = r.req.events.try_send(GenEvent::Error(msg));
         }
@@ -538,6 +562,16 @@ impl Scheduler {
             prefill_device: self.opts.prefill_device.clone(),
             decode_device: self.opts.decode_device.clone(),
         };
+        self.metrics.finished(
+            crate::metrics::Finish::new(stop, failed),
+            &crate::metrics::RequestTimes {
+                e2e: Duration::from_secs_f64(record.wall_ms / 1e3),
+                prefill: r.decode_started.map(|_| Duration::from_secs_f64(r.prefill_ms / 1e3)),
+                decode: r.decode_started.map(|t| t.elapsed()),
+                generated: r.generated,
+                emitted: completion_tokens,
+            },
+        );
         if stop == StopReason::Cancelled {
             tracing::info!(parent: &r.req.span, request_id = %r.req.id, generated = completion_tokens, "request cancelled");
         } else {

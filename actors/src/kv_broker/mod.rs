@@ -1,0 +1,223 @@
+//! The KV broker: the actor that owns the KV arena's bookkeeping (block tables, owners, the
+//! prefix cache) for one arena.
+//!
+//! Devices never touch the tables themselves: they ask the broker for room, tell it which tokens
+//! their cells now hold, and hand a sequence from the prefill owner to the decode owner, each with
+//! one message and a oneshot reply. Messages carry batches: one reservation and one commit per step
+//! for all its sequences. A sequence that is cancelled, fails or times out is ended with
+//! `cache = false`, which gives every block back.
+
+use std::thread::JoinHandle;
+
+use crossbeam_channel::{Receiver, Sender};
+use strata_kv::{ArenaStats, KvArena, KvError, Owner, SeqId, SeqStart};
+use tokio::sync::oneshot;
+
+/// Room made for one sequence in one step.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reservation {
+    /// Position of the first new token (the sequence's committed length).
+    pub start_pos: usize,
+    /// The sequence's block table after the reservation.
+    pub table: Vec<u32>,
+}
+
+/// Why a broker call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BrokerError {
+    #[error(transparent)]
+    Kv(#[from] KvError),
+    #[error("the KV broker has stopped")]
+    Gone,
+}
+
+type Reply<T> = oneshot::Sender<T>;
+
+enum Command {
+    Start { seq: SeqId, prompt: Vec<u32>, owner: Owner, reply: Reply<Result<SeqStart, KvError>> },
+    Reserve { batch: Vec<(SeqId, usize)>, reply: Reply<Vec<Result<Reservation, KvError>>> },
+    Commit { batch: Vec<(SeqId, Vec<u32>)>, reply: Reply<Result<(), KvError>> },
+    HandOff { seq: SeqId, from: Owner, to: Owner, reply: Reply<Result<(), KvError>> },
+    End { seq: SeqId, cache: bool, reply: Reply<Result<(), KvError>> },
+    Stats { reply: Reply<ArenaStats> },
+}
+
+/// The broker's handle: every method is one message and waits for its reply. Call it from
+/// device threads, not from async tasks (it blocks).
+#[derive(Clone)]
+pub struct KvBrokerHandle {
+    tx: Sender<Command>,
+}
+
+/// The broker's thread; stops when every handle is dropped.
+pub struct KvBroker {
+    handle: KvBrokerHandle,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// Commands waiting for the broker; callers block when it is full.
+const MAILBOX: usize = 64;
+
+impl KvBroker {
+    /// Starts the broker thread with `arena` as its state.
+    ///
+    /// # Errors
+    /// The thread could not be spawned.
+    pub fn start(arena: KvArena) -> std::io::Result<KvBroker> {
+        let (tx, rx) = crossbeam_channel::bounded(MAILBOX);
+        let thread = std::thread::Builder::new().name("strata-kv-broker".into()).spawn(move || serve(arena, rx))?;
+        Ok(KvBroker { handle: KvBrokerHandle { tx }, thread: Some(thread) })
+    }
+
+    /// A handle for sending it messages.
+    pub fn handle(&self) -> KvBrokerHandle {
+        self.handle.clone()
+    }
+}
+
+impl Drop for KvBroker {
+    fn drop(&mut self) {
+        // Replace our sender so the channel closes once the other handles are gone too.
+        let (dead, _) = crossbeam_channel::bounded(1);
+        self.handle.tx = dead;
+        if let Some(t) = self.thread.take() {
+            // Other handles may outlive us (clones held elsewhere): don't wait for them.
+            if t.is_finished() {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+fn serve(mut arena: KvArena, rx: Receiver<Command>) {
+    while let Ok(cmd) = rx.recv() {
+        match cmd {
+            Command::Start { seq, prompt, owner, reply } => {
+                let _ = reply.send(arena.start_sequence(seq, &prompt, owner));
+            }
+            Command::Reserve { batch, reply } => {
+                let out = batch
+                    .into_iter()
+                    .map(|(seq, n)| {
+                        arena.reserve(seq, n)?;
+                        let start_pos = arena.seq_len(seq).ok_or(KvError::UnknownSequence(seq))?;
+                        let table = arena.block_table(seq).ok_or(KvError::UnknownSequence(seq))?.iter().map(|b| b.0).collect();
+                        Ok(Reservation { start_pos, table })
+                    })
+                    .collect();
+                let _ = reply.send(out);
+            }
+            Command::Commit { batch, reply } => {
+                let r = batch.iter().try_for_each(|(seq, tokens)| arena.commit_tokens(*seq, tokens));
+                let _ = reply.send(r);
+            }
+            Command::HandOff { seq, from, to, reply } => {
+                let _ = reply.send(arena.hand_off(seq, from, to));
+            }
+            Command::End { seq, cache, reply } => {
+                let r = if cache { arena.finish(seq).map(|_| ()) } else { arena.cancel(seq).map(|_| ()) };
+                let _ = reply.send(r);
+            }
+            Command::Stats { reply } => {
+                let _ = reply.send(arena.stats());
+            }
+        }
+    }
+}
+
+impl KvBrokerHandle {
+    fn call<T>(&self, make: impl FnOnce(Reply<T>) -> Command) -> Result<T, BrokerError> {
+        let (tx, rx) = oneshot::channel();
+        self.tx.send(make(tx)).map_err(|_| BrokerError::Gone)?;
+        rx.blocking_recv().map_err(|_| BrokerError::Gone)
+    }
+
+    /// Starts `seq`, sharing the longest cached prefix of `prompt` (whole blocks, never all of it).
+    ///
+    /// # Errors
+    /// A sequence id in use, an owner that is not a running one, or a stopped broker.
+    pub fn start(&self, seq: SeqId, prompt: &[u32], owner: Owner) -> Result<SeqStart, BrokerError> {
+        Ok(self.call(|reply| Command::Start { seq, prompt: prompt.to_vec(), owner, reply })??)
+    }
+
+    /// Makes room for each `(sequence, new tokens)` of a step; each entry succeeds or fails on
+    /// its own (a full arena fails only the sequences that need blocks).
+    ///
+    /// # Errors
+    /// Only a stopped broker; per-sequence failures are in the result.
+    pub fn reserve_batch(&self, batch: Vec<(SeqId, usize)>) -> Result<Vec<Result<Reservation, KvError>>, BrokerError> {
+        self.call(|reply| Command::Reserve { batch, reply })
+    }
+
+    /// Records the tokens a step wrote into each sequence's reserved cells.
+    ///
+    /// # Errors
+    /// The first sequence that was not reserved for its tokens, or a stopped broker.
+    pub fn commit_batch(&self, batch: Vec<(SeqId, Vec<u32>)>) -> Result<(), BrokerError> {
+        Ok(self.call(|reply| Command::Commit { batch, reply })??)
+    }
+
+    /// Moves all of `seq`'s own blocks from `from` to `to` (prefill → decode).
+    ///
+    /// # Errors
+    /// An unknown sequence or a wrong current owner.
+    pub fn hand_off(&self, seq: SeqId, from: Owner, to: Owner) -> Result<(), BrokerError> {
+        Ok(self.call(|reply| Command::HandOff { seq, from, to, reply })??)
+    }
+
+    /// Ends `seq`: with `cache`, its full blocks join the prefix cache; without, every block goes
+    /// back (cancelled, failed or timed-out requests).
+    ///
+    /// # Errors
+    /// An unknown sequence.
+    pub fn end(&self, seq: SeqId, cache: bool) -> Result<(), BrokerError> {
+        Ok(self.call(|reply| Command::End { seq, cache, reply })??)
+    }
+
+    /// The arena's counters.
+    ///
+    /// # Errors
+    /// A stopped broker.
+    pub fn stats(&self) -> Result<ArenaStats, BrokerError> {
+        self.call(|reply| Command::Stats { reply })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sequence_round_trips_through_the_broker_and_gives_every_block_back() {
+        let broker = KvBroker::start(KvArena::new(8, 4)).expect("broker");
+        let h = broker.handle();
+        let start = h.start(1, &[1, 2, 3, 4, 5, 6], Owner::Prefill).expect("start");
+        assert_eq!(start.reused_tokens, 0);
+        let r = h.reserve_batch(vec![(1, 6)]).expect("broker alive");
+        let res = r[0].as_ref().expect("room");
+        assert_eq!((res.start_pos, res.table.len()), (0, 2));
+        h.commit_batch(vec![(1, vec![1, 2, 3, 4, 5, 6])]).expect("commit");
+        h.hand_off(1, Owner::Prefill, Owner::Decode).expect("hand-off");
+        h.end(1, true).expect("finish");
+        let st = h.stats().expect("stats");
+        assert_eq!(st.cached_blocks, 1, "the one full block is cached");
+        // A second request with the same prefix reuses it.
+        let again = h.start(2, &[1, 2, 3, 4, 5, 6, 7], Owner::Prefill).expect("start");
+        assert_eq!(again.reused_tokens, 4);
+        h.end(2, false).expect("cancel");
+        let st = h.stats().expect("stats");
+        assert_eq!(st.free_blocks + st.cached_blocks, 8);
+        assert_eq!(st.sequences, 0);
+    }
+
+    #[test]
+    fn a_full_arena_fails_only_the_sequences_that_need_room() {
+        let broker = KvBroker::start(KvArena::new(2, 4)).expect("broker");
+        let h = broker.handle();
+        h.start(1, &[1], Owner::Prefill).expect("start");
+        h.start(2, &[2], Owner::Prefill).expect("start");
+        let r = h.reserve_batch(vec![(1, 8), (2, 1)]).expect("broker alive");
+        assert!(r[0].is_ok());
+        assert!(matches!(r[1], Err(KvError::Full { .. })), "{:?}", r[1]);
+    }
+}
