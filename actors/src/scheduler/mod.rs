@@ -482,7 +482,7 @@ impl Scheduler {
         }
         let logits = outcome.logits;
         let vocab = self.engine.model().hparams.vocab_size;
-        let mut finished: Vec<(usize, StopReason)> = Vec::new();
+        let mut finished: Vec<(usize, StopReason, Option<String>)> = Vec::new();
         for (i, range, logits_row) in &ran {
             let r = &mut self.running[*i];
             if let Phase::Prefill { done } = &mut r.phase {
@@ -505,7 +505,7 @@ impl Scheduler {
             r.generated += 1;
             let eog = self.engine.model().tokenizer.is_end_of_generation(tok);
             if eog {
-                finished.push((*i, StopReason::Stop));
+                finished.push((*i, StopReason::Stop, None));
                 continue;
             }
             let logprob = r.req.logprobs.map(|top_n| {
@@ -515,25 +515,23 @@ impl Scheduler {
             // The stream holds max_tokens + a few events, so it is never full while the client
             // reads; a client that stopped reading is cancelled at the next step.
             if r.req.events.try_send(GenEvent::Token { id: tok, logprob }).is_err() {
-                finished.push((*i, StopReason::Cancelled));
+                finished.push((*i, StopReason::Cancelled, None));
                 continue;
             }
             r.emitted += 1;
             if r.generated >= r.budget {
-                finished.push((*i, StopReason::Length));
+                finished.push((*i, StopReason::Length, None));
             } else {
                 r.phase = Phase::Decode { next: tok };
             }
         }
-        finished.extend(failed.into_iter().map(|(i, msg)| {
-            let _ = self.running[i].req.events.try_send(GenEvent::Error(msg));
-            (i, StopReason::Cancelled)
-        }));
+        // A failed sequence is answered with its error and counted as one, not as cancelled.
+        finished.extend(failed.into_iter().map(|(i, msg)| (i, StopReason::Cancelled, Some(msg))));
         finished.sort_unstable_by(|a, b| b.0.cmp(&a.0));
         finished.dedup_by_key(|f| f.0);
-        for (i, stop) in finished {
+        for (i, stop, error) in finished {
             let r = self.running.swap_remove(i);
-            self.end(r, stop, None);
+            self.end(r, stop, error);
         }
     }
 
