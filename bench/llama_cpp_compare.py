@@ -74,19 +74,31 @@ def main():
         subprocess.run(cmd, check=True, stdout=sys.stderr)
         ours = json.load(open(f.name))
     ours_rows = {r["test"]: r["samples"] for r in ours["results"]}
+    ours_share = {r["test"]: r.get("roofline_share") for r in ours["results"]}
     theirs, theirs_name = bench_llama_cpp(a.model, a.threads, prompts, gens, a.reps)
 
-    print(f"\nmodel: {a.model}; threads: {a.threads}; reps: {a.reps}; {time.strftime('%Y-%m-%d')}\n")
-    print(f"| test | strata-rt t/s | {theirs_name} t/s | ratio |")
-    print("|---|---:|---:|---:|")
+    print(f"\nmodel: {a.model}; threads: {a.threads}; reps: {a.reps}; {time.strftime('%Y-%m-%d %H:%M')}; "
+          f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    bw, mr = ours.get("read_bandwidth_bytes_per_s", 0), ours.get("matrix_rate_flops_per_s", 0)
+    print(f"measured by strata-rt bench: memory read {bw / 1e9:.1f} GB/s, {ours.get('bytes_per_token', 0) / 1e6:.1f} MB per token; "
+          f"matrix rate {mr / 1e9:.1f} GFLOP/s ({ours.get('matrix_type', '?')}, {ours.get('matrix_kernels', '?')})\n")
+    print(f"| test | strata-rt t/s | {theirs_name} t/s | ratio | strata-rt roofline share | llama.cpp roofline share |")
+    print("|---|---:|---:|---:|---:|---:|")
     out = []
     for test, rates in theirs:
         m_theirs = statistics.mean(rates)
         m_ours = statistics.mean(ours_rows[test])
-        print(f"| {test} | {m_ours:.1f} ± {statistics.pstdev(ours_rows[test]):.1f} | {m_theirs:.1f} ± {statistics.pstdev(rates):.1f} | {m_ours / m_theirs:.2f}x |")
-        out.append({"test": test, "strata_rt": m_ours, "llama_cpp": m_theirs, "ratio": m_ours / m_theirs})
+        share = ours_share.get(test)
+        # the same roofline for llama.cpp: its rate times our share per unit of rate
+        s_ours = f"{100 * share:.0f}%" if share else "-"
+        s_theirs = f"{100 * share * m_theirs / m_ours:.0f}%" if share else "-"
+        print(f"| {test} | {m_ours:.1f} ± {statistics.stdev(ours_rows[test]) if len(ours_rows[test]) > 1 else 0:.1f} | "
+              f"{m_theirs:.1f} ± {statistics.stdev(rates) if len(rates) > 1 else 0:.1f} | {m_ours / m_theirs:.2f}x | {s_ours} | {s_theirs} |")
+        out.append({"test": test, "strata_rt": m_ours, "llama_cpp": m_theirs, "ratio": m_ours / m_theirs,
+                    "strata_rt_samples": ours_rows[test], "llama_cpp_samples": rates, "strata_rt_roofline_share": share})
     if a.json:
-        json.dump({"model": a.model, "threads": a.threads, "results": out}, open(a.json, "w"), indent=2)
+        json.dump({"model": a.model, "threads": a.threads, "reps": a.reps, "loadavg_end": os.getloadavg(),
+                   "strata_rt_bench": ours, "results": out}, open(a.json, "w"), indent=2)
 
 
 if __name__ == "__main__":

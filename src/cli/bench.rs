@@ -1,5 +1,7 @@
 //! `strata-rt bench`: llama-bench-style prompt processing (`-p`) and generation (`-n`) figures,
-//! with the decode speed also given as a share of the measured memory-bandwidth roofline.
+//! each also given as a share of its roofline measured in the same run: decode as bytes read per
+//! generated token over the measured memory read bandwidth, prefill as FLOPs per prompt token over
+//! the measured matrix rate of the device's own matrix kernel on the model's main weight type.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -9,6 +11,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use strata_config::Config;
 use strata_model::sampling::Rng;
+use strata_quant::{GgmlType, Kernels};
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
@@ -30,6 +33,9 @@ pub struct BenchArgs {
     /// Also write the results as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Weight type for the matrix-rate measurement (default: the model's main matrix type).
+    #[arg(long)]
+    matrix_type: Option<String>,
 }
 
 struct Row {
@@ -62,6 +68,76 @@ fn measure_read_bandwidth(threads: usize) -> f64 {
         best = best.max((words * 8) as f64 / t.elapsed().as_secs_f64());
     }
     best
+}
+
+/// The weight type holding most bytes of the model's matrices (the layers' projections and the
+/// output projection).
+fn main_matrix_type(w: &strata_model::ModelWeights) -> GgmlType {
+    let mut by_type: Vec<(GgmlType, u64)> = Vec::new();
+    let mats = w.layers.iter().flat_map(|l| [&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down]).chain([&w.output]);
+    for m in mats {
+        match by_type.iter_mut().find(|(t, _)| *t == m.ty) {
+            Some((_, b)) => *b += m.bytes,
+            None => by_type.push((m.ty, m.bytes)),
+        }
+    }
+    by_type.into_iter().max_by_key(|&(_, b)| b).map_or(GgmlType::Q8_0, |(t, _)| t)
+}
+
+/// Matrix FLOPs (multiply and add counted as 2) per prompt token of a `p`-token prompt: every
+/// layer projection, attention scores and values at the mean context `(p + 1) / 2`, and the output
+/// projection once per prompt (only the last position's logits are computed).
+fn prefill_flops_per_token(model: &strata_actors::LoadedModel, p: usize) -> f64 {
+    let w = &model.weights;
+    let hp = &model.hparams;
+    let params: f64 = w.layers.iter().flat_map(|l| [&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down]).map(|m| (m.rows * m.cols) as f64).sum();
+    let attn = 2.0 * 2.0 * (hp.n_heads * hp.head_dim * hp.n_layers) as f64 * (p as f64 + 1.0) / 2.0;
+    let output = 2.0 * (w.output.rows * w.output.cols) as f64 / p.max(1) as f64;
+    2.0 * params + attn + output
+}
+
+/// The CPU device's matrix rate in FLOP/s (multiply-adds × 2) for weights of type `ty`:
+/// `Kernels::matmul` on a 4096 × 4096 matrix of seeded random weights times 256 activation rows
+/// (a prefill ubatch), the rows split over `threads` threads; the best of 3.
+fn measure_matrix_rate(ty: GgmlType, threads: usize) -> Result<f64> {
+    const K: usize = 4096;
+    const ROWS: usize = 4096;
+    const TOKENS: usize = 256;
+    let kernels = Kernels::best();
+    let mut rng = Rng::new(7);
+    let mut rand_f32 = |n: usize| (0..n).map(|_| (rng.next_u64() >> 40) as f32 / (1u64 << 24) as f32 - 0.5).collect::<Vec<f32>>();
+    let rb = ty.row_bytes(K as u64).context("matrix type row size")? as usize;
+    let mut weights = vec![0u8; rb * ROWS];
+    let src = rand_f32(K * 64);
+    for (i, chunk) in weights.chunks_mut(rb * 64).enumerate() {
+        // 64 rows at a time from one random block of values, rotated so rows differ
+        let mut rows = src.clone();
+        rows.rotate_left((i * 97) % K);
+        strata_quant::quantize(ty, &rows[..chunk.len() / rb * K], chunk).with_context(|| format!("quantizing {}", ty.name()))?;
+    }
+    let arb = strata_quant::activation_row_bytes(ty, K);
+    let mut acts = vec![0u8; arb * TOKENS];
+    let a = rand_f32(K * TOKENS);
+    for (t, dst) in acts.chunks_mut(arb).enumerate() {
+        kernels.quantize_activations(ty, &a[t * K..(t + 1) * K], dst).context("quantizing activations")?;
+    }
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build()?;
+    let mut best = 0.0f64;
+    for _ in 0..3 {
+        let t = Instant::now();
+        let results: Vec<Result<f32, strata_quant::QuantError>> = pool.broadcast(|ctx| {
+            let (i, n) = (ctx.index(), ctx.num_threads());
+            let rows = ROWS * i / n..ROWS * (i + 1) / n;
+            let mut out = vec![0f32; rows.len() * TOKENS];
+            kernels.matmul(ty, &weights, K, rows, &acts, TOKENS, &mut out).map(|_| out.iter().sum())
+        });
+        let secs = t.elapsed().as_secs_f64();
+        for r in results {
+            std::hint::black_box(r.context("matmul")?);
+        }
+        best = best.max(2.0 * (K * ROWS * TOKENS) as f64 / secs);
+    }
+    Ok(best)
 }
 
 pub fn run(config_path: Option<&Path>, args: BenchArgs) -> Result<ExitCode> {
@@ -106,27 +182,60 @@ pub fn run(config_path: Option<&Path>, args: BenchArgs) -> Result<ExitCode> {
         rows.push(Row { test: format!("tg{n}"), tokens: n, rates });
     }
     let bandwidth = measure_read_bandwidth(threads);
+    let matrix_type = match &args.matrix_type {
+        Some(name) => GgmlType::from_name(name).with_context(|| format!("unknown --matrix-type {name}"))?,
+        None => main_matrix_type(&model.weights),
+    };
+    // The CPU device's own kernel; a GPU device measures its matrix rate on its own queue.
+    let matrix_rate = measure_matrix_rate(matrix_type, threads).unwrap_or_else(|e| {
+        eprintln!("matrix rate not measured: {e:#}");
+        0.0
+    });
     // Bytes a decode step reads: every weight but the embedding table (one row is gathered),
     // plus the table again when it doubles as the output projection.
     let w = &model.weights;
     let bytes_per_token = w.total_bytes() - w.token_embd.bytes + if w.tied_embeddings { w.token_embd.bytes } else { 0 };
     println!("model: {} ({}), {:.1} MiB; device: {}; threads: {threads}", model.name, model.path.display(), w.total_bytes() as f64 / 1048576.0, engine.device_name());
     println!("memory read bandwidth: {:.1} GB/s; bytes read per generated token: {:.1} MB", bandwidth / 1e9, bytes_per_token as f64 / 1e6);
+    println!(
+        "matrix rate: {:.1} GFLOP/s ({} weights x {} activations, {:?} kernels); FLOPs per prompt token: {:.1} M (pp{})",
+        matrix_rate / 1e9,
+        matrix_type.name(),
+        Kernels::activation_type(matrix_type).name(),
+        Kernels::best().level(),
+        prefill_flops_per_token(&model, args.prompt.first().copied().unwrap_or(512)) / 1e6,
+        args.prompt.first().copied().unwrap_or(512),
+    );
     println!();
-    println!("| test | t/s | ± sd | share of bandwidth roofline |");
+    println!("| test | t/s | ± sd | share of roofline |");
     println!("|---|---:|---:|---:|");
     let mut json_rows = Vec::new();
     for r in &rows {
         let (mean, sd) = mean_sd(&r.rates);
-        let roof = if r.test.starts_with("tg") && bandwidth > 0.0 { format!("{:.0}%", 100.0 * mean * bytes_per_token as f64 / bandwidth) } else { "-".into() };
+        let share = if r.test.starts_with("tg") {
+            (bandwidth > 0.0).then(|| mean * bytes_per_token as f64 / bandwidth)
+        } else {
+            (matrix_rate > 0.0).then(|| mean * prefill_flops_per_token(&model, r.tokens) / matrix_rate)
+        };
+        let roof = match share {
+            Some(s) if r.test.starts_with("tg") => format!("{:.0}% of bandwidth", 100.0 * s),
+            Some(s) => format!("{:.0}% of matrix rate", 100.0 * s),
+            None => "-".into(),
+        };
         println!("| {} | {:.1} | {:.1} | {} |", r.test, mean, sd, roof);
-        json_rows.push(serde_json::json!({"test": r.test, "tokens": r.tokens, "tokens_per_s": mean, "sd": sd, "samples": r.rates}));
+        let mut row = serde_json::json!({"test": r.test, "tokens": r.tokens, "tokens_per_s": mean, "sd": sd, "samples": r.rates, "roofline_share": share});
+        if r.test.starts_with("pp") {
+            row["flops_per_token"] = prefill_flops_per_token(&model, r.tokens).into();
+        }
+        json_rows.push(row);
     }
     if let Some(path) = &args.json {
         let doc = serde_json::json!({
             "engine": "strata-rt", "version": env!("CARGO_PKG_VERSION"), "model": model.path.display().to_string(),
             "device": engine.device_name(), "threads": threads, "reps": reps,
-            "read_bandwidth_bytes_per_s": bandwidth, "bytes_per_token": bytes_per_token, "results": json_rows,
+            "read_bandwidth_bytes_per_s": bandwidth, "bytes_per_token": bytes_per_token,
+            "matrix_rate_flops_per_s": matrix_rate, "matrix_type": matrix_type.name(),
+            "matrix_kernels": format!("{:?}", Kernels::best().level()), "results": json_rows,
         });
         std::fs::write(path, serde_json::to_string_pretty(&doc)?).with_context(|| format!("writing {}", path.display()))?;
     }

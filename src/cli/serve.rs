@@ -90,7 +90,8 @@ fn load(config: &Config) -> Result<(Ready, SchedulerThread)> {
     let opts = SchedulerOptions {
         max_queued: config.server.max_queued_requests,
         max_running: config.max_running_requests(),
-        request_timeout: Duration::from_secs(config.server.request_timeout_s),
+        // 0 means no limit.
+        request_timeout: if config.server.request_timeout_s == 0 { Duration::MAX } else { Duration::from_secs(config.server.request_timeout_s) },
         prefill_chunk: config.batching.prefill_chunk,
         timing_log: config.log.timing_log.clone(),
         prefill_device: device.clone(),
