@@ -559,3 +559,28 @@ unsafe fn roundf_epi32(v: __m256) -> __m256i {
     let one = _mm256_or_ps(_mm256_set1_ps(1.0), _mm256_and_ps(v, _mm256_set1_ps(-0.0)));
     _mm256_cvtps_epi32(_mm256_add_ps(t, _mm256_and_ps(up, one)))
 }
+
+/// [`dot_f16_f32`] of `b` with each of `out.len()` rows of `rows`, row `j` starting at
+/// `j * stride`: the same arithmetic per row, without a call and a dispatch per row.
+/// # Safety
+/// The features above must be available; `rows.len() >= (out.len() - 1) * stride + b.len()`
+/// when `out` is not empty.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_f16_f32_rows(rows: &[f16], stride: usize, b: &[f32], out: &mut [f32]) {
+    for (j, o) in out.iter_mut().enumerate() {
+        *o = dot_f16_f32(rows.get_unchecked(j * stride..j * stride + b.len()), b);
+    }
+}
+
+/// `out += alphas[j] * rows[j]` for each row `j` in order (row `j` starts at `j * stride`): the
+/// same arithmetic as [`axpy_f16`] row after row.
+/// # Safety
+/// The features above must be available; `rows.len() >= (alphas.len() - 1) * stride + out.len()`
+/// when `alphas` is not empty.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn axpy_f16_rows(out: &mut [f32], alphas: &[f32], rows: &[f16], stride: usize) {
+    let n = out.len();
+    for (j, &a) in alphas.iter().enumerate() {
+        axpy_f16(out, a, rows.get_unchecked(j * stride..j * stride + n));
+    }
+}

@@ -218,6 +218,49 @@ impl Kernels {
         }
     }
 
+    /// [`Kernels::dot_f16_f32`] of `b` with each of `out.len()` rows of `rows` (row `j` starts at
+    /// element `j * stride`), bit-identical to calling it row by row: attention over one KV block,
+    /// whose cells are consecutive rows. Panics when `rows` is too short.
+    pub fn dot_f16_f32_rows(&self, rows: &[f16], stride: usize, b: &[f32], out: &mut [f32]) {
+        let Some(last) = out.len().checked_sub(1) else { return };
+        assert!(stride >= b.len() && rows.len() >= last * stride + b.len(), "dot_f16_f32_rows: rows too short");
+        match self.level {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: AVX-512F/BW/VL and F16C were detected; the lengths were checked above.
+            SimdLevel::Avx512Vnni => unsafe { crate::avx512::dot_f16_f32_rows(rows, stride, b, out) },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: AVX2/FMA/F16C were detected; the lengths were checked above.
+            SimdLevel::Avx2 => unsafe { crate::avx2::dot_f16_f32_rows(rows, stride, b, out) },
+            _ => {
+                for (j, o) in out.iter_mut().enumerate() {
+                    *o = scalar::dot_f16_f32(&rows[j * stride..j * stride + b.len()], b);
+                }
+            }
+        }
+    }
+
+    /// `out += alphas[j] * rows[j]` for each row in order (row `j` starts at element
+    /// `j * stride`), bit-identical to [`Kernels::axpy_f16`] row after row. Panics when `rows`
+    /// is too short.
+    pub fn axpy_f16_rows(&self, out: &mut [f32], alphas: &[f32], rows: &[f16], stride: usize) {
+        let Some(last) = alphas.len().checked_sub(1) else { return };
+        assert!(stride >= out.len() && rows.len() >= last * stride + out.len(), "axpy_f16_rows: rows too short");
+        match self.level {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: AVX-512F/BW/VL and F16C were detected; the lengths were checked above.
+            SimdLevel::Avx512Vnni => unsafe { crate::avx512::axpy_f16_rows(out, alphas, rows, stride) },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: AVX2/FMA/F16C were detected; the lengths were checked above.
+            SimdLevel::Avx2 => unsafe { crate::avx2::axpy_f16_rows(out, alphas, rows, stride) },
+            _ => {
+                let n = out.len();
+                for (j, &a) in alphas.iter().enumerate() {
+                    scalar::axpy_f16(out, a, &rows[j * stride..j * stride + n]);
+                }
+            }
+        }
+    }
+
     /// `out[i] += alpha * f32(x[i])`. Panics when the lengths differ.
     pub fn axpy_f16(&self, out: &mut [f32], alpha: f32, x: &[f16]) {
         assert_eq!(out.len(), x.len(), "axpy_f16 length mismatch");

@@ -308,3 +308,28 @@ fn every_level_is_batch_invariant() {
         }
     }
 }
+
+/// The many-row attention helpers are bit-identical to the one-row calls they batch.
+#[test]
+fn row_batched_dots_and_axpys_equal_the_single_calls() {
+    let mut rng = StdRng::seed_from_u64(11);
+    let mut kernels = simd_levels();
+    kernels.push(scalar());
+    for (hd, stride, n) in [(64usize, 192usize, 16usize), (128, 128, 5), (40, 72, 1), (17, 17, 3)] {
+        let rows: Vec<f16> = rand_vec(&mut rng, (n - 1) * stride + hd, 1.0).into_iter().map(f16::from_f32).collect();
+        let b = rand_vec(&mut rng, hd, 1.0);
+        let alphas = rand_vec(&mut rng, n, 1.0);
+        for k in &kernels {
+            let mut got = vec![0f32; n];
+            k.dot_f16_f32_rows(&rows, stride, &b, &mut got);
+            let want: Vec<f32> = (0..n).map(|j| k.dot_f16_f32(&rows[j * stride..j * stride + hd], &b)).collect();
+            assert_eq!(got.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), want.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), "dots at {:?}", k.level());
+            let (mut a, mut w) = (b.clone(), b.clone());
+            k.axpy_f16_rows(&mut a, &alphas, &rows, stride);
+            for (j, &al) in alphas.iter().enumerate() {
+                k.axpy_f16(&mut w, al, &rows[j * stride..j * stride + hd]);
+            }
+            assert_eq!(a.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), w.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), "axpys at {:?}", k.level());
+        }
+    }
+}

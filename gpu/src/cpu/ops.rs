@@ -55,7 +55,8 @@ pub fn f32_to_f16(src: &[f32], dst: &mut [f16]) {
 /// `kv_col` is the element offset of the head's KV head inside a cell row. The query and the
 /// attention weights are rounded to f16 before they meet the f16 cache, as ggml does: it keeps the
 /// CPU reference numerically next to llama.cpp (measured on the default model: top-1 agreement
-/// with llama.cpp 94.9% without the rounding, 96.8% with it).
+/// with llama.cpp 94.9% without the rounding, 96.8% with it). The cells of one KV block are
+/// consecutive rows, so each block is one kernel call for the scores and one for the values.
 #[allow(clippy::too_many_arguments)]
 pub fn attend_one(
     kernels: &Kernels,
@@ -75,13 +76,26 @@ pub fn attend_one(
         *r = f16::from_f32(x).to_f32();
     }
     let q = &q_rounded[..hd];
-    let cell = |j: usize| (block_table[j / block_size] as usize * block_size + j % block_size) as u64;
-    let mut max = f32::NEG_INFINITY;
-    for (j, s) in scores.iter_mut().enumerate() {
+    let len = scores.len();
+    let stride = kv.placement().row_stride_bytes as usize / 2;
+    // The rows of positions j0..j0+n (one block): `n` rows of `stride` elements from the block's
+    // first cell, offset to this head's columns.
+    let block_rows = |v: bool, j0: usize, n: usize| -> &[f16] {
+        let first = (block_table[j0 / block_size] as usize * block_size) as u64;
         // SAFETY: the batch was validated: every position up to this token's lies in a block of
-        // its table, inside the arena; cells of earlier positions are no longer being written.
-        let k = unsafe { std::slice::from_raw_parts((kv.row_ptr(layer, false, cell(j)) as *const f16).add(kv_col), hd) };
-        *s = kernels.dot_f16_f32(k, q) * scale;
+        // its table, inside the arena; a block's cells are consecutive rows of `stride` elements;
+        // cells of earlier positions are no longer being written.
+        unsafe { std::slice::from_raw_parts((kv.row_ptr(layer, v, first) as *const f16).add(kv_col), (n - 1) * stride + hd) }
+    };
+    let mut j0 = 0;
+    while j0 < len {
+        let n = (block_size - j0 % block_size).min(len - j0);
+        kernels.dot_f16_f32_rows(block_rows(false, j0, n), stride, q, &mut scores[j0..j0 + n]);
+        j0 += n;
+    }
+    let mut max = f32::NEG_INFINITY;
+    for s in scores.iter_mut() {
+        *s *= scale;
         max = max.max(*s);
     }
     let mut sum = 0.0f32;
@@ -90,10 +104,14 @@ pub fn attend_one(
         sum += *s;
     }
     let inv = 1.0 / sum;
+    for s in scores.iter_mut() {
+        *s = f16::from_f32(*s * inv).to_f32();
+    }
     out.fill(0.0);
-    for (j, &p) in scores.iter().enumerate() {
-        // SAFETY: as for K above.
-        let v = unsafe { std::slice::from_raw_parts((kv.row_ptr(layer, true, cell(j)) as *const f16).add(kv_col), hd) };
-        kernels.axpy_f16(out, f16::from_f32(p * inv).to_f32(), v);
+    let mut j0 = 0;
+    while j0 < len {
+        let n = (block_size - j0 % block_size).min(len - j0);
+        kernels.axpy_f16_rows(out, &scores[j0..j0 + n], block_rows(true, j0, n), stride);
+        j0 += n;
     }
 }
