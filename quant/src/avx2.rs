@@ -496,7 +496,8 @@ pub(crate) unsafe fn quantize_act(ty: GgmlType, src: &[f32], dst: &mut [u8]) {
                     y.fill(0);
                     continue;
                 }
-                let max = x[x.iter().position(|v| v.abs() == amax).unwrap()];
+                // NaN activations (a corrupt model) match no element: fall back to amax.
+                let max = x.iter().position(|v| v.abs() == amax).map_or(amax, |i| x[i]);
                 let iscale = -127.0f32 / max;
                 let isv = _mm256_set1_ps(iscale);
                 let lim = _mm256_set1_epi32(127);
