@@ -116,13 +116,15 @@ pub struct Sampler {
     params: SamplingParams,
     rng: Rng,
     candidates: Vec<Candidate>,
+    /// The logits after the repetition penalty.
+    penalized: Vec<f32>,
 }
 
 impl Sampler {
     /// A sampler with its own generator seeded from `params.seed`.
     pub fn new(params: SamplingParams) -> Self {
         let rng = Rng::new(params.seed);
-        Sampler { params, rng, candidates: Vec::new() }
+        Sampler { params, rng, candidates: Vec::new(), penalized: Vec::new() }
     }
 
     /// The parameters.
@@ -138,34 +140,53 @@ impl Sampler {
         if p.is_greedy() && !penalize {
             return argmax(logits);
         }
-        self.candidates.clear();
-        self.candidates.extend(
-            logits
-                .iter()
-                .enumerate()
-                .filter(|(_, l)| !l.is_nan())
-                .map(|(i, &logit)| Candidate { token: i as u32, logit }),
-        );
-        if self.candidates.is_empty() {
-            return 0;
-        }
-        if penalize {
+        // Repetition penalty on a copy of the logits (it touches a few dozen tokens).
+        let logits: &[f32] = if penalize {
+            self.penalized.clear();
+            self.penalized.extend_from_slice(logits);
             let start = recent.len().saturating_sub(p.repeat_last_n);
             let mut seen: Vec<u32> = recent[start..].to_vec();
             seen.sort_unstable();
             seen.dedup();
             for &t in &seen {
-                if let Some(c) = self.candidates.get_mut(t as usize).filter(|c| c.token == t) {
-                    c.logit = if c.logit > 0.0 { c.logit / p.repetition_penalty } else { c.logit * p.repetition_penalty };
+                if let Some(l) = self.penalized.get_mut(t as usize) {
+                    *l = if *l > 0.0 { *l / p.repetition_penalty } else { *l * p.repetition_penalty };
                 }
             }
-        }
+            &self.penalized
+        } else {
+            logits
+        };
         if p.is_greedy() {
-            let best = self.candidates.iter().max_by(|a, b| a.logit.total_cmp(&b.logit));
-            return best.map_or(0, |c| c.token);
+            return argmax(logits);
+        }
+        self.candidates.clear();
+        let by_logit_desc = |a: &Candidate, b: &Candidate| b.logit.total_cmp(&a.logit);
+        if p.top_k > 0 && p.top_k < logits.len() {
+            // One pass keeping the best top_k seen so far: compact to top_k whenever 4·top_k
+            // candidates have piled up, and skip anything below the current k-th best.
+            let k = p.top_k;
+            let mut floor = f32::NEG_INFINITY;
+            for (i, &logit) in logits.iter().enumerate() {
+                if logit.is_nan() || (logit <= floor && self.candidates.len() >= k) {
+                    continue;
+                }
+                self.candidates.push(Candidate { token: i as u32, logit });
+                if self.candidates.len() == 4 * k {
+                    self.candidates.select_nth_unstable_by(k - 1, by_logit_desc);
+                    self.candidates.truncate(k);
+                    floor = self.candidates[k - 1].logit;
+                }
+            }
+        } else {
+            self.candidates.extend(
+                logits.iter().enumerate().filter(|(_, l)| !l.is_nan()).map(|(i, &logit)| Candidate { token: i as u32, logit }),
+            );
+        }
+        if self.candidates.is_empty() {
+            return 0;
         }
         let c = &mut self.candidates;
-        let by_logit_desc = |a: &Candidate, b: &Candidate| b.logit.total_cmp(&a.logit);
         if p.top_k > 0 && p.top_k < c.len() {
             c.select_nth_unstable_by(p.top_k - 1, by_logit_desc);
             c.truncate(p.top_k);
@@ -270,6 +291,23 @@ mod tests {
         }
         let mut g = Sampler::new(SamplingParams { temperature: 1.0, top_k: 1, ..Default::default() });
         assert_eq!(g.sample(&logits, &[]), 4);
+    }
+
+    #[test]
+    fn the_one_pass_top_k_keeps_exactly_the_k_best() {
+        let mut rng = Rng::new(3);
+        let logits: Vec<f32> = (0..5000).map(|_| rng.next_f32() * 20.0 - 10.0).collect();
+        let mut sorted: Vec<(usize, f32)> = logits.iter().copied().enumerate().collect();
+        sorted.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let best: std::collections::HashSet<u32> = sorted[..40].iter().map(|(i, _)| *i as u32).collect();
+        let mut s = Sampler::new(SamplingParams { temperature: 5.0, top_k: 40, top_p: 1.0, min_p: 0.0, ..Default::default() });
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..4000 {
+            let t = s.sample(&logits, &[]);
+            assert!(best.contains(&t), "token {t} is not among the 40 best");
+            seen.insert(t);
+        }
+        assert!(seen.len() > 30, "a hot temperature reaches most of the 40 ({} seen)", seen.len());
     }
 
     #[test]
