@@ -130,8 +130,6 @@ pub struct Engine {
     model: Arc<LoadedModel>,
     plan: Box<dyn ForwardPlan>,
     kv: KvBrokerHandle,
-    /// Keeps the broker thread's owner alive as long as the engine.
-    _broker: KvBroker,
     layout: KvLayout,
     opts: EngineOptions,
     next_seq: SeqId,
@@ -180,8 +178,8 @@ impl Engine {
             kv,
             CpuOptions { threads: opts.threads, max_batch_tokens: opts.ubatch, max_outputs: opts.max_outputs, block_size: opts.block_size, kernels },
         )?;
-        let broker = KvBroker::start(KvArena::from_layout(&layout)).map_err(|e| DeviceError::Unsupported { device: "kv".into(), what: format!("starting the KV broker: {e}") })?;
-        Ok(Engine { model, plan: Box::new(plan), kv: broker.handle(), _broker: broker, layout, opts, next_seq: 1 })
+        let kv_broker = KvBroker::start(KvArena::from_layout(&layout)).map_err(|e| DeviceError::Unsupported { device: "kv".into(), what: format!("starting the KV broker: {e}") })?;
+        Ok(Engine { model, plan: Box::new(plan), kv: kv_broker, layout, opts, next_seq: 1 })
     }
 
     /// The model.

@@ -132,17 +132,9 @@ async fn not_found() -> HttpResponse {
     error_response(&ApiError::not_found("no such endpoint"))
 }
 
-/// Builds and binds the HTTP server. It stops accepting on SIGINT/SIGTERM and lets in-flight
-/// streams finish (up to `shutdown_timeout`).
-///
-/// # Errors
-/// The address cannot be bound.
-pub fn bind(state: Arc<AppState>, listen: SocketAddr, workers: usize, shutdown_timeout: Duration) -> std::io::Result<actix_web::dev::Server> {
-    bind_with_metrics(state, listen, workers, shutdown_timeout, Some("/metrics".to_owned()))
-}
-
-/// [`bind`], serving the metrics at `metrics_path` (`None`: not on this address, e.g. when
-/// `[metrics] listen` gives them their own).
+/// Builds and binds the HTTP server, serving the metrics at `metrics_path` (`None`: not on this
+/// address, e.g. when `[metrics] listen` gives them their own). It stops accepting on
+/// SIGINT/SIGTERM and lets in-flight streams finish (up to `shutdown_timeout`).
 ///
 /// # Errors
 /// The address cannot be bound.

@@ -7,8 +7,6 @@
 //! for all its sequences. A sequence that is cancelled, fails or times out is ended with
 //! `cache = false`, which gives every block back.
 
-use std::thread::JoinHandle;
-
 use crossbeam_channel::{Receiver, Sender};
 use strata_kv::{ArenaStats, KvArena, KvError, Owner, SeqId, SeqStart};
 use tokio::sync::oneshot;
@@ -49,43 +47,22 @@ pub struct KvBrokerHandle {
     tx: Sender<Command>,
 }
 
-/// The broker's thread; stops when every handle is dropped.
-pub struct KvBroker {
-    handle: KvBrokerHandle,
-    thread: Option<JoinHandle<()>>,
-}
+/// The KV broker actor; [`KvBroker::start`] spawns it and hands back its handle.
+pub struct KvBroker;
 
 /// Commands waiting for the broker; callers block when it is full.
 const MAILBOX: usize = 64;
 
 impl KvBroker {
-    /// Starts the broker thread with `arena` as its state.
+    /// Starts the broker thread with `arena` as its state. The thread ends when the last handle
+    /// is dropped (its mailbox closes).
     ///
     /// # Errors
     /// The thread could not be spawned.
-    pub fn start(arena: KvArena) -> std::io::Result<KvBroker> {
+    pub fn start(arena: KvArena) -> std::io::Result<KvBrokerHandle> {
         let (tx, rx) = crossbeam_channel::bounded(MAILBOX);
-        let thread = std::thread::Builder::new().name("strata-kv-broker".into()).spawn(move || serve(arena, rx))?;
-        Ok(KvBroker { handle: KvBrokerHandle { tx }, thread: Some(thread) })
-    }
-
-    /// A handle for sending it messages.
-    pub fn handle(&self) -> KvBrokerHandle {
-        self.handle.clone()
-    }
-}
-
-impl Drop for KvBroker {
-    fn drop(&mut self) {
-        // Replace our sender so the channel closes once the other handles are gone too.
-        let (dead, _) = crossbeam_channel::bounded(1);
-        self.handle.tx = dead;
-        if let Some(t) = self.thread.take() {
-            // Other handles may outlive us (clones held elsewhere): don't wait for them.
-            if t.is_finished() {
-                let _ = t.join();
-            }
-        }
+        std::thread::Builder::new().name("strata-kv-broker".into()).spawn(move || serve(arena, rx))?;
+        Ok(KvBrokerHandle { tx })
     }
 }
 
@@ -189,8 +166,7 @@ mod tests {
 
     #[test]
     fn a_sequence_round_trips_through_the_broker_and_gives_every_block_back() {
-        let broker = KvBroker::start(KvArena::new(8, 4)).expect("broker");
-        let h = broker.handle();
+        let h = KvBroker::start(KvArena::new(8, 4)).expect("broker");
         let start = h.start(1, &[1, 2, 3, 4, 5, 6], Owner::Prefill).expect("start");
         assert_eq!(start.reused_tokens, 0);
         let r = h.reserve_batch(vec![(1, 6)]).expect("broker alive");
@@ -212,8 +188,7 @@ mod tests {
 
     #[test]
     fn a_full_arena_fails_only_the_sequences_that_need_room() {
-        let broker = KvBroker::start(KvArena::new(2, 4)).expect("broker");
-        let h = broker.handle();
+        let h = KvBroker::start(KvArena::new(2, 4)).expect("broker");
         h.start(1, &[1], Owner::Prefill).expect("start");
         h.start(2, &[2], Owner::Prefill).expect("start");
         let r = h.reserve_batch(vec![(1, 8), (2, 1)]).expect("broker alive");
