@@ -11,7 +11,7 @@ use strata_model::sampling::{log_softmax, SamplingParams};
 
 fn engine(threads: usize) -> Engine {
     let model = Arc::new(LoadedModel::load(&common::default_model()).expect("the default model loads"));
-    let opts = EngineOptions { threads, max_context: 512, n_cells: 1024, block_size: 16, ubatch: 64, max_outputs: 64, simd: None };
+    let opts = EngineOptions { threads, max_context: 512, n_cells: 1024, block_size: 16, ubatch: 64, max_outputs: 64, simd: None, ..Default::default() };
     Engine::new_cpu(model, opts).expect("the CPU engine starts")
 }
 
@@ -125,7 +125,7 @@ fn simd_levels_agree_with_the_scalar_kernels() {
     let golden = common::golden();
     let model = Arc::new(LoadedModel::load(&common::default_model()).expect("the default model loads"));
     let logits = |level| {
-        let opts = EngineOptions { threads: 2, max_context: 512, n_cells: 1024, block_size: 16, ubatch: 64, max_outputs: 64, simd: Some(level) };
+        let opts = EngineOptions { threads: 2, max_context: 512, n_cells: 1024, block_size: 16, ubatch: 64, max_outputs: 64, simd: Some(level), ..Default::default() };
         let mut e = Engine::new_cpu(model.clone(), opts).expect("engine");
         golden["prompts"].as_array().unwrap().iter().map(|p| {
             let mut seq = common::ids(&p["ids"]);

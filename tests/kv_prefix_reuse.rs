@@ -10,7 +10,7 @@ use strata_actors::{Engine, EngineOptions, Flow, LoadedModel};
 use strata_model::sampling::SamplingParams;
 
 fn engine(model: &Arc<LoadedModel>) -> Engine {
-    let opts = EngineOptions { threads: 2, max_context: 1024, n_cells: 2048, block_size: 16, ubatch: 256, max_outputs: 64, simd: None };
+    let opts = EngineOptions { threads: 2, max_context: 1024, n_cells: 2048, block_size: 16, ubatch: 256, max_outputs: 64, simd: None, ..Default::default() };
     Engine::new_cpu(model.clone(), opts).expect("the CPU engine starts")
 }
 
@@ -55,7 +55,7 @@ fn a_prompt_longer_than_a_step_is_prefilled_in_chunks_with_the_same_result() {
     let text = "fn add(a: i32, b: i32) -> i32 { a + b }\n".repeat(30);
     let prompt = model.tokenizer.encode(&text, false, true).expect("encode");
     assert!(prompt.len() > 300);
-    let opts = |ubatch| EngineOptions { threads: 2, max_context: 1024, n_cells: 1024, block_size: 16, ubatch, max_outputs: 64, simd: None };
+    let opts = |ubatch| EngineOptions { threads: 2, max_context: 1024, n_cells: 1024, block_size: 16, ubatch, max_outputs: 64, simd: None, ..Default::default() };
     let run = |ubatch| {
         let mut e = Engine::new_cpu(model.clone(), opts(ubatch)).expect("engine");
         greedy(&mut e, &prompt, 12).0

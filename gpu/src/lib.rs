@@ -5,11 +5,13 @@
 //! | device | folder | state |
 //! |---|---|---|
 //! | `cpu` | [`cpu`] | the reference; SIMD chosen at run time |
-//! | `vulkan` | `vulkan/` | arrives with its issue |
+//! | `vulkan` | [`vulkan`] | `ash`, GLSL compute shaders compiled to SPIR-V by the build |
 //! | `cuda`, `hip` | `native/` | arrive with their issue |
 
+pub mod backend_ops;
 pub mod cpu;
 pub mod kv_memory;
+pub mod vulkan;
 
 use std::fmt;
 
@@ -29,6 +31,8 @@ pub enum DeviceError {
     NotAvailable(String),
     #[error("the imported KV arena does not match this device's layout: {0}")]
     LayoutMismatch(String),
+    #[error("device {device}: {call} failed: {result}")]
+    Vulkan { device: String, call: &'static str, result: String },
 }
 
 /// One step's worth of tokens: any mix of prompt chunks and decode tokens of many sequences.
@@ -55,6 +59,59 @@ impl StepBatch<'_> {
     /// Whether the step has no tokens.
     pub fn is_empty(&self) -> bool {
         self.tokens.is_empty()
+    }
+}
+
+/// What a plan accepts in one step; [`BatchLimits::check`] is every device's validation.
+#[derive(Clone, Copy, Debug)]
+pub struct BatchLimits {
+    pub max_tokens: usize,
+    pub max_outputs: usize,
+    pub vocab_size: usize,
+    pub block_size: usize,
+    /// Blocks in the KV arena.
+    pub n_blocks: usize,
+}
+
+impl BatchLimits {
+    /// Checks lengths, token ids, output rows, and that every position lies in a block of its
+    /// sequence's table and every block in the arena.
+    ///
+    /// # Errors
+    /// [`DeviceError::BadBatch`] naming what is wrong.
+    pub fn check(&self, b: &StepBatch<'_>) -> Result<(), DeviceError> {
+        let n = b.len();
+        let bad = |m: String| Err(DeviceError::BadBatch(m));
+        if n == 0 || n > self.max_tokens {
+            return bad(format!("{n} tokens in a step; this plan takes 1 to {}", self.max_tokens));
+        }
+        if b.positions.len() != n || b.seq_of_token.len() != n {
+            return bad(format!("{n} tokens but {} positions and {} sequence indices", b.positions.len(), b.seq_of_token.len()));
+        }
+        if b.output_rows.is_empty() || b.output_rows.len() > self.max_outputs {
+            return bad(format!("{} output rows; this plan returns 1 to {}", b.output_rows.len(), self.max_outputs));
+        }
+        if let Some(r) = b.output_rows.iter().find(|&&r| r as usize >= n) {
+            return bad(format!("output row {r} is not a token of this {n}-token step"));
+        }
+        if let Some(t) = b.tokens.iter().find(|&&t| t as usize >= self.vocab_size) {
+            return bad(format!("token id {t} is outside the vocabulary of {}", self.vocab_size));
+        }
+        let bs = self.block_size as u64;
+        for i in 0..n {
+            let seq = b.seq_of_token[i] as usize;
+            let table = b.block_tables.get(seq).ok_or_else(|| DeviceError::BadBatch(format!("token {i} names sequence {seq}, but there are {} block tables", b.block_tables.len())))?;
+            let pos = b.positions[i] as u64;
+            if pos / bs >= table.len() as u64 {
+                return bad(format!("position {pos} of sequence {seq} lies beyond its {} blocks", table.len()));
+            }
+        }
+        for (s, table) in b.block_tables.iter().enumerate() {
+            if let Some(blk) = table.iter().find(|&&blk| blk as usize >= self.n_blocks) {
+                return bad(format!("sequence {s}'s block table names block {blk}; the arena has {}", self.n_blocks));
+            }
+        }
+        Ok(())
     }
 }
 

@@ -13,7 +13,8 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use strata_actors::{Engine, EngineOptions, LoadedModel};
-use strata_config::Config;
+use strata_config::{Config, DeviceSpec};
+use strata_gpu::DeviceKind;
 
 /// strata-rt: an LLM inference server (OpenAI HTTP API) that prefills on the native runtime and
 /// decodes on Vulkan over one shared KV cache.
@@ -56,7 +57,12 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Some(Command::SynthModel(args)) => synth::run(args),
         Some(Command::Devices) => {
             println!("{}", strata_gpu::cpu::describe());
-            println!("vulkan: not built yet (arrives with the Vulkan device issue)");
+            match strata_gpu::vulkan::list_devices() {
+                Ok(list) if list.is_empty() => println!("vulkan: the loader found no device (install a driver: mesa-vulkan-drivers, or the GPU vendor's)"),
+                Ok(list) => list.iter().for_each(|d| println!("{d}")),
+                Err(e) => println!("vulkan: {e}"),
+            }
+            println!("cuda, hip: not built yet");
             Ok(ExitCode::SUCCESS)
         }
         None => {
@@ -110,11 +116,40 @@ pub fn engine_options(config: &Config, model: &LoadedModel, single_sequence: boo
         ubatch: config.batching.ubatch,
         max_outputs: 64.max(config.batching.max_seqs),
         simd: None,
+        prefill_device: DeviceKind::Cpu,
+        decode_device: DeviceKind::Cpu,
+        prefill_min_tokens: config.devices.prefill_min_tokens,
+        max_seqs: if single_sequence { 1 } else { config.batching.max_seqs },
+        kv_in_host_memory: config.kv.resident == strata_config::KvResidence::Host,
     }
 }
 
-/// Builds the engine on the configured devices (the CPU for now).
+/// The device a configured spec names; `auto` takes the first Vulkan GPU (not a CPU driver such
+/// as lavapipe) for decoding, and the decode device for prefilling (no native device is built
+/// yet).
+pub fn resolve_devices(config: &Config) -> Result<(DeviceKind, DeviceKind)> {
+    let concrete = |spec: DeviceSpec| -> Result<Option<DeviceKind>> {
+        Ok(match spec {
+            DeviceSpec::Auto => None,
+            DeviceSpec::Cpu => Some(DeviceKind::Cpu),
+            DeviceSpec::Vulkan(i) => Some(DeviceKind::Vulkan(i)),
+            DeviceSpec::Cuda(_) | DeviceSpec::Hip(_) => anyhow::bail!("device {spec} is not built into this strata-rt yet (cpu and vulkan:N are)"),
+        })
+    };
+    let decode = match concrete(config.devices.decode)? {
+        Some(d) => d,
+        None => {
+            let gpus = strata_gpu::vulkan::list_devices().unwrap_or_default();
+            gpus.iter().find(|d| d.usable && d.device_type != "cpu").map_or(DeviceKind::Cpu, |d| DeviceKind::Vulkan(d.index))
+        }
+    };
+    let prefill = concrete(config.devices.prefill)?.unwrap_or(decode);
+    Ok((prefill, decode))
+}
+
+/// Builds the engine on the configured devices.
 pub fn build_engine(config: &Config, model: Arc<LoadedModel>, single_sequence: bool) -> Result<Engine> {
-    let opts = engine_options(config, &model, single_sequence);
-    Engine::new_cpu(model, opts).context("starting the CPU device")
+    let (prefill_device, decode_device) = resolve_devices(config)?;
+    let opts = EngineOptions { prefill_device, decode_device, ..engine_options(config, &model, single_sequence) };
+    Engine::new(model, opts).with_context(|| format!("starting the devices (prefill {prefill_device}, decode {decode_device})"))
 }

@@ -10,7 +10,8 @@ use std::time::Instant;
 
 use strata_gpu::cpu::{CpuOptions, CpuPlan};
 use strata_gpu::kv_memory::HostKvMemory;
-use strata_gpu::{DeviceError, ForwardPlan, StepBatch};
+use strata_gpu::vulkan::{KvSource, VulkanContext, VulkanOptions, VulkanPlan};
+use strata_gpu::{DeviceError, DeviceKind, ForwardPlan, StepBatch};
 use strata_kv::{KvArena, KvError, KvLayout, KvShape, LayoutParams, Owner, SeqId};
 
 use crate::kv_broker::{BrokerError, KvBroker, KvBrokerHandle};
@@ -33,11 +34,34 @@ pub struct EngineOptions {
     pub max_outputs: usize,
     /// The CPU kernels' SIMD level; `None` picks the best this CPU has.
     pub simd: Option<strata_quant::SimdLevel>,
+    /// The device that prefills prompts of at least `prefill_min_tokens` tokens.
+    pub prefill_device: DeviceKind,
+    /// The device that decodes (and prefills shorter prompts).
+    pub decode_device: DeviceKind,
+    /// Prompts (and steps) of at least this many tokens run on the prefill device.
+    pub prefill_min_tokens: usize,
+    /// Most sequences one step holds.
+    pub max_seqs: usize,
+    /// Keep the KV arena in host memory even when both devices are the same GPU.
+    pub kv_in_host_memory: bool,
 }
 
 impl Default for EngineOptions {
     fn default() -> Self {
-        EngineOptions { threads: 0, max_context: 4096, n_cells: 4096, block_size: 16, ubatch: 512, max_outputs: 64, simd: None }
+        EngineOptions {
+            threads: 0,
+            max_context: 4096,
+            n_cells: 4096,
+            block_size: 16,
+            ubatch: 512,
+            max_outputs: 64,
+            simd: None,
+            prefill_device: DeviceKind::Cpu,
+            decode_device: DeviceKind::Cpu,
+            prefill_min_tokens: 1024,
+            max_seqs: 64,
+            kv_in_host_memory: false,
+        }
     }
 }
 
@@ -128,7 +152,10 @@ pub enum Flow {
 /// A loaded model on a device, with its KV arena (memory here, bookkeeping in the KV broker).
 pub struct Engine {
     model: Arc<LoadedModel>,
+    /// Runs prompts and steps of at least `prefill_min_tokens` tokens.
     plan: Box<dyn ForwardPlan>,
+    /// Runs everything else, when it is another device than `plan`'s.
+    decode_plan: Option<Box<dyn ForwardPlan>>,
     kv: KvBrokerHandle,
     layout: KvLayout,
     opts: EngineOptions,
@@ -156,30 +183,68 @@ pub struct StepOutcome {
 }
 
 impl Engine {
-    /// Lays out the KV arena, allocates it in host memory, starts its broker and compiles the
-    /// graph for the CPU.
+    /// The engine on the CPU alone (`opts`' devices are ignored).
     ///
     /// # Errors
-    /// An arena that cannot be laid out or allocated, or a graph the device cannot run.
+    /// As [`Engine::new`].
     pub fn new_cpu(model: Arc<LoadedModel>, opts: EngineOptions) -> Result<Engine, EngineError> {
+        Engine::new(model, EngineOptions { prefill_device: DeviceKind::Cpu, decode_device: DeviceKind::Cpu, ..opts })
+    }
+
+    /// Lays out the KV arena, allocates it where the devices share it (host memory when the CPU
+    /// is one of them, imported in place by Vulkan; the GPU's memory when Vulkan runs both
+    /// phases), starts its broker and compiles the graph for each device.
+    ///
+    /// # Errors
+    /// An arena that cannot be laid out or allocated, a device that is not there, or a graph the
+    /// device cannot run.
+    pub fn new(model: Arc<LoadedModel>, opts: EngineOptions) -> Result<Engine, EngineError> {
         let hp = &model.hparams;
         let shape = KvShape { n_layers: hp.n_layers as u32, n_kv_heads: hp.n_kv_heads as u32, head_dim: hp.head_dim as u32, dtype: strata_kv::KvDtype::F16 };
         let mut params = LayoutParams::new(shape, opts.n_cells as u64);
         params.block_size = opts.block_size as u32;
         let layout = KvLayout::compute(&params)?;
-        let kv = Arc::new(HostKvMemory::allocate_for(&layout)?);
+        let (prefill, decode) = (opts.prefill_device, opts.decode_device);
+        let vk_opts = || VulkanOptions { max_batch_tokens: opts.ubatch, max_outputs: opts.max_outputs, block_size: opts.block_size, max_context: opts.max_context, max_seqs: opts.max_seqs.max(1) };
+        let (plan, decode_plan): (Box<dyn ForwardPlan>, Option<Box<dyn ForwardPlan>>) = match (prefill, decode) {
+            (DeviceKind::Cpu, DeviceKind::Cpu) => (Box::new(Self::cpu_plan(&model, &opts, Arc::new(HostKvMemory::allocate_for(&layout)?))?), None),
+            (DeviceKind::Cpu, DeviceKind::Vulkan(i)) => {
+                let host = Arc::new(HostKvMemory::allocate_for(&layout)?);
+                let cpu = Self::cpu_plan(&model, &opts, host.clone())?;
+                let ctx = VulkanContext::new(i)?;
+                let vk = VulkanPlan::compile(&ctx, model.graph.clone(), &model.file, KvSource::ImportHost(host), vk_opts())?;
+                (Box::new(cpu), Some(Box::new(vk)))
+            }
+            (DeviceKind::Vulkan(a), DeviceKind::Vulkan(b)) if a == b => {
+                let ctx = VulkanContext::new(a)?;
+                let kv = if opts.kv_in_host_memory { KvSource::ImportHost(Arc::new(HostKvMemory::allocate_for(&layout)?)) } else { KvSource::Allocate(layout.clone()) };
+                (Box::new(VulkanPlan::compile(&ctx, model.graph.clone(), &model.file, kv, vk_opts())?), None)
+            }
+            (p, d) => return Err(DeviceError::Unsupported { device: format!("{p}+{d}"), what: format!("prefill on {p} with decode on {d} (supported: cpu+cpu, cpu+vulkan:N, vulkan:N+vulkan:N)") }.into()),
+        };
+        let kv_broker = KvBroker::start(KvArena::from_layout(&layout)).map_err(|e| DeviceError::Unsupported { device: "kv".into(), what: format!("starting the KV broker: {e}") })?;
+        Ok(Engine { model, plan, decode_plan, kv: kv_broker, layout, opts, next_seq: 1 })
+    }
+
+    fn cpu_plan(model: &LoadedModel, opts: &EngineOptions, kv: Arc<HostKvMemory>) -> Result<CpuPlan, EngineError> {
         let kernels = match opts.simd {
             Some(level) => Some(strata_quant::Kernels::with_level(level).ok_or_else(|| DeviceError::NotAvailable(format!("cpu SIMD level {level:?}")))?),
             None => None,
         };
-        let plan = CpuPlan::compile(
+        Ok(CpuPlan::compile(
             model.graph.clone(),
             model.file.clone(),
             kv,
             CpuOptions { threads: opts.threads, max_batch_tokens: opts.ubatch, max_outputs: opts.max_outputs, block_size: opts.block_size, kernels },
-        )?;
-        let kv_broker = KvBroker::start(KvArena::from_layout(&layout)).map_err(|e| DeviceError::Unsupported { device: "kv".into(), what: format!("starting the KV broker: {e}") })?;
-        Ok(Engine { model, plan: Box::new(plan), kv: kv_broker, layout, opts, next_seq: 1 })
+        )?)
+    }
+
+    /// The plan that runs `n_tokens` tokens (of one prompt, or of one step).
+    fn plan_for(&mut self, n_tokens: usize) -> &mut dyn ForwardPlan {
+        match &mut self.decode_plan {
+            Some(d) if n_tokens < self.opts.prefill_min_tokens => d.as_mut(),
+            _ => self.plan.as_mut(),
+        }
     }
 
     /// The model.
@@ -202,9 +267,22 @@ impl Engine {
         &self.opts
     }
 
-    /// The device running the plan.
+    /// The devices: the prefill device's name, then the decode device's when it is another.
     pub fn device_name(&self) -> String {
+        match &self.decode_plan {
+            Some(d) => format!("{}+{}", self.plan.device_name(), d.device_name()),
+            None => self.plan.device_name(),
+        }
+    }
+
+    /// The prefill device's name.
+    pub fn prefill_device_name(&self) -> String {
         self.plan.device_name()
+    }
+
+    /// The decode device's name.
+    pub fn decode_device_name(&self) -> String {
+        self.decode_plan.as_ref().map_or_else(|| self.plan.device_name(), |d| d.device_name())
     }
 
     fn check_prompt(&self, prompt: &[u32]) -> Result<(), EngineError> {
@@ -233,6 +311,7 @@ impl Engine {
         let vocab = self.model.hparams.vocab_size;
         let step = if all_logits { self.opts.ubatch.min(self.opts.max_outputs) } else { self.opts.ubatch };
         let mut logits = Vec::new();
+        let n_total = tokens.len();
         for chunk in tokens.chunks(step) {
             let r = self.kv.reserve_batch(vec![(seq, chunk.len())])?.pop().ok_or(BrokerError::Gone)??;
             let positions: Vec<u32> = (r.start_pos..r.start_pos + chunk.len()).map(|p| p as u32).collect();
@@ -240,7 +319,7 @@ impl Engine {
             let output_rows: Vec<u32> = if all_logits { (0..chunk.len() as u32).collect() } else { vec![chunk.len() as u32 - 1] };
             let tables = [r.table.as_slice()];
             let batch = StepBatch { tokens: chunk, positions: &positions, seq_of_token: &seq_of_token, block_tables: &tables, output_rows: &output_rows };
-            let out = self.plan.forward(&batch)?;
+            let out = self.plan_for(n_total).forward(&batch)?;
             if all_logits {
                 logits.extend_from_slice(out);
             } else {
@@ -441,7 +520,8 @@ impl Engine {
             output_rows.push(tokens.len() as u32 - 1);
         }
         let batch = StepBatch { tokens: &tokens, positions: &positions, seq_of_token: &seq_of_token, block_tables: &table_refs, output_rows: &output_rows };
-        let out = self.plan.forward(&batch)?;
+        let n_step = tokens.len();
+        let out = self.plan_for(n_step).forward(&batch)?;
         let logits = if wanted { out.to_vec() } else { Vec::new() };
         self.kv.commit_batch(commits)?;
         Ok(StepOutcome { logits, status })

@@ -5,7 +5,7 @@
 //! the mapped file. Each parallel op is one broadcast over a fixed thread pool with a static
 //! partition of the work, so a decode step costs a few hundred wake-ups, not thousands of tasks.
 
-mod ops;
+pub(crate) mod ops;
 mod pool;
 
 pub use pool::SpinPool;
@@ -195,40 +195,14 @@ impl CpuPlan {
     }
 
     fn validate(&self, b: &StepBatch<'_>) -> Result<(), DeviceError> {
-        let n = b.len();
-        let bad = |m: String| Err(DeviceError::BadBatch(m));
-        if n == 0 || n > self.opts.max_batch_tokens {
-            return bad(format!("{n} tokens in a step; this plan takes 1 to {}", self.opts.max_batch_tokens));
-        }
-        if b.positions.len() != n || b.seq_of_token.len() != n {
-            return bad(format!("{n} tokens but {} positions and {} sequence indices", b.positions.len(), b.seq_of_token.len()));
-        }
-        if b.output_rows.is_empty() || b.output_rows.len() > self.opts.max_outputs {
-            return bad(format!("{} output rows; this plan returns 1 to {}", b.output_rows.len(), self.opts.max_outputs));
-        }
-        if let Some(r) = b.output_rows.iter().find(|&&r| r as usize >= n) {
-            return bad(format!("output row {r} is not a token of this {n}-token step"));
-        }
-        let vocab = self.graph.hparams.vocab_size;
-        if let Some(t) = b.tokens.iter().find(|&&t| t as usize >= vocab) {
-            return bad(format!("token id {t} is outside the vocabulary of {vocab}"));
-        }
-        let bs = self.opts.block_size as u64;
-        let n_blocks = self.kv.placement().n_cells / bs;
-        for i in 0..n {
-            let seq = b.seq_of_token[i] as usize;
-            let table = b.block_tables.get(seq).ok_or_else(|| DeviceError::BadBatch(format!("token {i} names sequence {seq}, but there are {} block tables", b.block_tables.len())))?;
-            let pos = b.positions[i] as u64;
-            if pos / bs >= table.len() as u64 {
-                return bad(format!("position {pos} of sequence {seq} lies beyond its {} blocks", table.len()));
-            }
-        }
-        for (s, table) in b.block_tables.iter().enumerate() {
-            if let Some(blk) = table.iter().find(|&&blk| blk as u64 >= n_blocks) {
-                return bad(format!("sequence {s}'s block table names block {blk}; the arena has {n_blocks}"));
-            }
-        }
-        Ok(())
+        let limits = crate::BatchLimits {
+            max_tokens: self.opts.max_batch_tokens,
+            max_outputs: self.opts.max_outputs,
+            vocab_size: self.graph.hparams.vocab_size,
+            block_size: self.opts.block_size,
+            n_blocks: (self.kv.placement().n_cells / self.opts.block_size as u64) as usize,
+        };
+        limits.check(b)
     }
 
     fn weight_bytes(&self, id: strata_model::graph::WeightId) -> &[u8] {

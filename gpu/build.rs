@@ -1,0 +1,50 @@
+//! Compiles the Vulkan compute shaders (`src/vulkan/shaders/*.comp`, GLSL) to SPIR-V with `glslc`.
+//! The weight-reading kernels are built once per weight type (`-DTYPE_<T>`).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const SHADER_DIR: &str = "src/vulkan/shaders";
+const PER_TYPE: &[&str] = &["matvec", "matmul", "embed"];
+const TYPES: &[&str] = &["F32", "F16", "Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q6_K"];
+const PLAIN: &[&str] = &["rms_norm", "rope", "store_kv", "attention", "attention_combine", "swiglu", "add", "select_rows", "read_bandwidth"];
+
+fn main() {
+    println!("cargo:rerun-if-changed={SHADER_DIR}");
+    println!("cargo:rerun-if-env-changed=GLSLC");
+    let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let glslc = std::env::var("GLSLC").unwrap_or_else(|_| "glslc".to_string());
+    for name in PLAIN {
+        compile(&glslc, name, None, &out);
+    }
+    for (act, define) in [("q8_0", "ACT_Q8_0"), ("q8_k", "ACT_Q8_K")] {
+        compile_with(&glslc, "quantize_act", &format!("quantize_act_{act}"), &[define], &out);
+    }
+    for name in PER_TYPE {
+        for ty in TYPES {
+            compile(&glslc, name, Some(ty), &out);
+        }
+    }
+}
+
+fn compile(glslc: &str, name: &str, ty: Option<&str>, out: &Path) {
+    match ty {
+        Some(t) => compile_with(glslc, name, &format!("{name}_{}", t.to_lowercase()), &[&format!("TYPE_{t}")], out),
+        None => compile_with(glslc, name, name, &[], out),
+    }
+}
+
+fn compile_with(glslc: &str, name: &str, output: &str, defines: &[&str], out: &Path) {
+    let src = Path::new(SHADER_DIR).join(format!("{name}.comp"));
+    let spv = out.join(format!("{output}.spv"));
+    let mut cmd = Command::new(glslc);
+    cmd.args(["--target-env=vulkan1.2", "-O", "-Werror"]);
+    for d in defines {
+        cmd.arg(format!("-D{d}"));
+    }
+    cmd.arg(&src).arg("-o").arg(&spv);
+    let status = cmd.status().unwrap_or_else(|e| {
+        panic!("cannot run `{glslc}` to compile the Vulkan shaders ({e}). Install it (Debian/Ubuntu: `apt-get install glslc`) or point GLSLC at it.")
+    });
+    assert!(status.success(), "glslc failed on {}", src.display());
+}

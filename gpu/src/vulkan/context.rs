@@ -1,0 +1,239 @@
+//! Instance, physical-device selection (`vulkan:N` by index) and the logical device with its one
+//! compute queue.
+
+use std::ffi::CStr;
+use std::sync::Arc;
+
+use ash::vk;
+
+use super::vk_error;
+use crate::DeviceError;
+
+/// Device extensions strata-rt uses when they are there.
+pub const EXT_EXTERNAL_MEMORY_HOST: &CStr = c"VK_EXT_external_memory_host";
+pub const EXT_EXTERNAL_MEMORY_FD: &CStr = c"VK_KHR_external_memory_fd";
+pub const EXT_EXTERNAL_MEMORY_DMA_BUF: &CStr = c"VK_EXT_external_memory_dma_buf";
+pub const EXT_INTEGER_DOT_PRODUCT: &CStr = c"VK_KHR_shader_integer_dot_product";
+pub const EXT_COOPERATIVE_MATRIX: &CStr = c"VK_KHR_cooperative_matrix";
+const OPTIONAL_EXTENSIONS: [&CStr; 5] = [EXT_EXTERNAL_MEMORY_HOST, EXT_EXTERNAL_MEMORY_FD, EXT_EXTERNAL_MEMORY_DMA_BUF, EXT_INTEGER_DOT_PRODUCT, EXT_COOPERATIVE_MATRIX];
+
+/// What `strata-rt devices` prints about one Vulkan device, and what the plan needs to know.
+#[derive(Clone, Debug)]
+pub struct DeviceInfo {
+    pub index: u32,
+    pub name: String,
+    pub driver: String,
+    pub api_version: (u32, u32, u32),
+    pub device_type: String,
+    /// (bytes, device-local) of each memory heap.
+    pub heaps: Vec<(u64, bool)>,
+    /// The optional extensions strata-rt uses, and whether the device has each.
+    pub extensions: Vec<(String, bool)>,
+    pub subgroup_size: u32,
+    pub max_allocation_bytes: u64,
+    pub max_storage_buffer_range: u64,
+    pub min_imported_host_alignment: u64,
+    pub max_shared_memory_bytes: u32,
+    /// Whether the features the shaders need are all there (device addresses, 8/16-bit storage,
+    /// float16/int8/int16/int64 arithmetic, Vulkan 1.2).
+    pub usable: bool,
+}
+
+impl DeviceInfo {
+    /// Whether the device has the named optional extension.
+    pub fn has(&self, ext: &CStr) -> bool {
+        let name = ext.to_string_lossy();
+        self.extensions.iter().any(|(n, on)| *on && *n == name)
+    }
+}
+
+impl std::fmt::Display for DeviceInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (a, b, c) = self.api_version;
+        writeln!(f, "vulkan:{}: {} ({}, driver {}, Vulkan {a}.{b}.{c}){}", self.index, self.name, self.device_type, self.driver, if self.usable { "" } else { " — lacks features strata-rt needs" })?;
+        for (i, (bytes, local)) in self.heaps.iter().enumerate() {
+            writeln!(f, "  heap {i}: {:.1} GiB{}", *bytes as f64 / (1u64 << 30) as f64, if *local { " device-local" } else { "" })?;
+        }
+        writeln!(f, "  subgroup size {}, max allocation {} MiB, max storage range {} MiB, shared memory {} KiB", self.subgroup_size, self.max_allocation_bytes >> 20, self.max_storage_buffer_range >> 20, self.max_shared_memory_bytes >> 10)?;
+        let ext: Vec<String> = self.extensions.iter().map(|(n, on)| format!("{n}: {}", if *on { "yes" } else { "no" })).collect();
+        write!(f, "  {}", ext.join(", "))
+    }
+}
+
+/// A Vulkan instance and logical device with one compute queue.
+pub struct VulkanContext {
+    _entry: ash::Entry,
+    pub(crate) instance: ash::Instance,
+    pub(crate) device: ash::Device,
+    pub(crate) queue: vk::Queue,
+    pub(crate) queue_family: u32,
+    pub(crate) info: DeviceInfo,
+    pub(crate) memory_properties: vk::PhysicalDeviceMemoryProperties,
+    pub(crate) host_import: Option<ash::ext::external_memory_host::Device>,
+    pub(crate) memory_fd: Option<ash::khr::external_memory_fd::Device>,
+}
+
+fn load_entry() -> Result<ash::Entry, DeviceError> {
+    // SAFETY: loading the system's Vulkan loader runs its initialisers; it is the documented way
+    // to reach Vulkan, and nothing else in the process unloads it.
+    unsafe { ash::Entry::load() }.map_err(|e| DeviceError::NotAvailable(format!("vulkan: the Vulkan loader (libvulkan.so.1) cannot be loaded: {e}; install it (Debian: apt-get install libvulkan1) and a driver (mesa-vulkan-drivers, or the GPU vendor's)")))
+}
+
+fn create_instance(entry: &ash::Entry) -> Result<ash::Instance, DeviceError> {
+    let app = vk::ApplicationInfo::default().application_name(c"strata-rt").api_version(vk::API_VERSION_1_2);
+    let info = vk::InstanceCreateInfo::default().application_info(&app);
+    // SAFETY: the create info and what it points to live across the call.
+    unsafe { entry.create_instance(&info, None) }.map_err(|e| vk_error("vulkan", "vkCreateInstance", e))
+}
+
+fn describe(instance: &ash::Instance, index: u32, pd: vk::PhysicalDevice) -> Result<DeviceInfo, DeviceError> {
+    let mut driver = vk::PhysicalDeviceDriverProperties::default();
+    let mut v11 = vk::PhysicalDeviceVulkan11Properties::default();
+    let mut host = vk::PhysicalDeviceExternalMemoryHostPropertiesEXT::default();
+    let mut maint3 = vk::PhysicalDeviceMaintenance3Properties::default();
+    let mut props2 = vk::PhysicalDeviceProperties2::default().push_next(&mut driver).push_next(&mut v11).push_next(&mut host).push_next(&mut maint3);
+    // SAFETY: `pd` came from this instance; the chained structs outlive the call.
+    unsafe { instance.get_physical_device_properties2(pd, &mut props2) };
+    let props = props2.properties;
+    // SAFETY: as above.
+    let mem = unsafe { instance.get_physical_device_memory_properties(pd) };
+    // SAFETY: as above.
+    let exts = unsafe { instance.enumerate_device_extension_properties(pd) }.map_err(|e| vk_error("vulkan", "vkEnumerateDeviceExtensionProperties", e))?;
+    let has = |name: &CStr| exts.iter().any(|e| e.extension_name_as_c_str().is_ok_and(|n| n == name));
+    let mut f11 = vk::PhysicalDeviceVulkan11Features::default();
+    let mut f12 = vk::PhysicalDeviceVulkan12Features::default();
+    let mut features2 = vk::PhysicalDeviceFeatures2::default().push_next(&mut f11).push_next(&mut f12);
+    // SAFETY: as above.
+    unsafe { instance.get_physical_device_features2(pd, &mut features2) };
+    let core = features2.features;
+    let api = props.api_version;
+    let usable = vk::api_version_major(api) >= 1
+        && vk::api_version_minor(api) >= 2
+        && f12.buffer_device_address == vk::TRUE
+        && f12.shader_float16 == vk::TRUE
+        && f12.shader_int8 == vk::TRUE
+        && f12.storage_buffer8_bit_access == vk::TRUE
+        && f11.storage_buffer16_bit_access == vk::TRUE
+        && core.shader_int64 == vk::TRUE
+        && core.shader_int16 == vk::TRUE;
+    let name = props.device_name_as_c_str().map(|c| c.to_string_lossy().into_owned()).unwrap_or_default();
+    let driver_name = driver.driver_name_as_c_str().map(|c| c.to_string_lossy().into_owned()).unwrap_or_default();
+    let driver_info = driver.driver_info_as_c_str().map(|c| c.to_string_lossy().into_owned()).unwrap_or_default();
+    Ok(DeviceInfo {
+        index,
+        name,
+        driver: if driver_info.is_empty() { driver_name } else { format!("{driver_name} {driver_info}") },
+        api_version: (vk::api_version_major(api), vk::api_version_minor(api), vk::api_version_patch(api)),
+        device_type: format!("{:?}", props.device_type).to_lowercase().replace('_', " "),
+        heaps: mem.memory_heaps_as_slice().iter().map(|h| (h.size, h.flags.contains(vk::MemoryHeapFlags::DEVICE_LOCAL))).collect(),
+        extensions: OPTIONAL_EXTENSIONS.iter().map(|e| (e.to_string_lossy().into_owned(), has(e))).collect(),
+        subgroup_size: v11.subgroup_size,
+        max_allocation_bytes: maint3.max_memory_allocation_size,
+        max_storage_buffer_range: props.limits.max_storage_buffer_range as u64,
+        min_imported_host_alignment: host.min_imported_host_pointer_alignment,
+        max_shared_memory_bytes: props.limits.max_compute_shared_memory_size,
+        usable,
+    })
+}
+
+/// Lists the Vulkan devices of this machine, in `vulkan:N` order.
+///
+/// # Errors
+/// [`DeviceError::NotAvailable`] when there is no Vulkan loader; a Vulkan error otherwise.
+pub fn list_devices() -> Result<Vec<DeviceInfo>, DeviceError> {
+    let entry = load_entry()?;
+    let instance = create_instance(&entry)?;
+    // SAFETY: the instance is valid until destroyed below.
+    let pds = unsafe { instance.enumerate_physical_devices() };
+    let result = pds.map_err(|e| vk_error("vulkan", "vkEnumeratePhysicalDevices", e)).and_then(|pds| pds.iter().enumerate().map(|(i, &pd)| describe(&instance, i as u32, pd)).collect());
+    // SAFETY: nothing created from the instance outlives it.
+    unsafe { instance.destroy_instance(None) };
+    result
+}
+
+impl VulkanContext {
+    /// Opens `vulkan:index`.
+    ///
+    /// # Errors
+    /// No loader, no such device, a device without the features the shaders need, or a failure
+    /// creating the device.
+    pub fn new(index: u32) -> Result<Arc<VulkanContext>, DeviceError> {
+        let entry = load_entry()?;
+        let instance = create_instance(&entry)?;
+        match Self::open(entry, &instance, index) {
+            Ok(ctx) => Ok(Arc::new(ctx)),
+            Err(e) => {
+                // SAFETY: the failed open destroyed whatever it created from the instance.
+                unsafe { instance.destroy_instance(None) };
+                Err(e)
+            }
+        }
+    }
+
+    fn open(entry: ash::Entry, instance: &ash::Instance, index: u32) -> Result<VulkanContext, DeviceError> {
+        let name = format!("vulkan:{index}");
+        // SAFETY: the instance is valid.
+        let pds = unsafe { instance.enumerate_physical_devices() }.map_err(|e| vk_error(&name, "vkEnumeratePhysicalDevices", e))?;
+        let &pd = pds.get(index as usize).ok_or_else(|| DeviceError::NotAvailable(format!("{name} (this machine has {} Vulkan devices; `strata-rt devices` lists them)", pds.len())))?;
+        let info = describe(instance, index, pd)?;
+        if !info.usable {
+            return Err(DeviceError::Unsupported { device: name, what: format!("{} lacks Vulkan 1.2 with buffer device addresses, 8/16-bit storage and float16/int8/int16/int64 shader arithmetic", info.name) });
+        }
+        // SAFETY: as above.
+        let families = unsafe { instance.get_physical_device_queue_family_properties(pd) };
+        let queue_family = families
+            .iter()
+            .position(|f| f.queue_flags.contains(vk::QueueFlags::COMPUTE))
+            .ok_or_else(|| DeviceError::Unsupported { device: name.clone(), what: "no compute queue".into() })? as u32;
+        let priorities = [1.0f32];
+        let queues = [vk::DeviceQueueCreateInfo::default().queue_family_index(queue_family).queue_priorities(&priorities)];
+        let mut extensions: Vec<*const std::ffi::c_char> = Vec::new();
+        for ext in [EXT_EXTERNAL_MEMORY_HOST, EXT_EXTERNAL_MEMORY_FD, EXT_EXTERNAL_MEMORY_DMA_BUF] {
+            if info.has(ext) {
+                extensions.push(ext.as_ptr());
+            }
+        }
+        let features = vk::PhysicalDeviceFeatures::default().shader_int64(true).shader_int16(true);
+        let mut f11 = vk::PhysicalDeviceVulkan11Features::default().storage_buffer16_bit_access(true);
+        let mut f12 = vk::PhysicalDeviceVulkan12Features::default().buffer_device_address(true).shader_float16(true).shader_int8(true).storage_buffer8_bit_access(true);
+        let create = vk::DeviceCreateInfo::default().queue_create_infos(&queues).enabled_extension_names(&extensions).enabled_features(&features).push_next(&mut f11).push_next(&mut f12);
+        // SAFETY: `pd` belongs to the instance; the create info and its chain outlive the call;
+        // every feature and extension enabled was checked present above.
+        let device = unsafe { instance.create_device(pd, &create, None) }.map_err(|e| vk_error(&name, "vkCreateDevice", e))?;
+        // SAFETY: the queue family and index 0 were requested in the create info.
+        let queue = unsafe { device.get_device_queue(queue_family, 0) };
+        // SAFETY: as above.
+        let memory_properties = unsafe { instance.get_physical_device_memory_properties(pd) };
+        let host_import = info.has(EXT_EXTERNAL_MEMORY_HOST).then(|| ash::ext::external_memory_host::Device::new(instance, &device));
+        let memory_fd = info.has(EXT_EXTERNAL_MEMORY_FD).then(|| ash::khr::external_memory_fd::Device::new(instance, &device));
+        tracing::info!(device = %name, gpu = %info.name, driver = %info.driver, subgroup = info.subgroup_size, "Vulkan device opened");
+        Ok(VulkanContext { _entry: entry, instance: instance.clone(), device, queue, queue_family, info, memory_properties, host_import, memory_fd })
+    }
+
+    /// The device's description.
+    pub fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    /// `vulkan:N`.
+    pub fn name(&self) -> String {
+        format!("vulkan:{}", self.info.index)
+    }
+
+    /// A memory type index among `type_bits` with all of `flags`, preferring the first listed.
+    pub(crate) fn memory_type(&self, type_bits: u32, flags: vk::MemoryPropertyFlags) -> Option<u32> {
+        (0..self.memory_properties.memory_type_count).find(|&i| type_bits & (1 << i) != 0 && self.memory_properties.memory_types[i as usize].property_flags.contains(flags))
+    }
+}
+
+impl Drop for VulkanContext {
+    fn drop(&mut self) {
+        // SAFETY: every object created from the device is owned by values holding an
+        // `Arc<VulkanContext>`, so they are gone by now; wait for the queue before destroying.
+        unsafe {
+            let _ = self.device.device_wait_idle();
+            self.device.destroy_device(None);
+            self.instance.destroy_instance(None);
+        }
+    }
+}

@@ -1,0 +1,144 @@
+//! Conversions between GGUF's weight formats and the layouts the Vulkan shaders read
+//! (`shaders/dequant.glsl`): the quants of Q4_0, Q4_1 and Q8_0 blocks move to 16-byte-aligned
+//! arrays so one 128-bit load fetches a block's quants, with the scales in a separate array;
+//! Q4_K and Q6_K super-blocks and F16/F32 rows are read as GGUF stores them. Types without a
+//! shader are widened to F32 at upload.
+
+use half::f16;
+use strata_quant::GgmlType;
+
+use super::kernels::WeightFormat;
+use crate::DeviceError;
+
+/// A weight as it is laid out in device memory: `main_bytes` at the tensor's address, then
+/// `aux_bytes` (the scales of the repacked formats) at `aux_offset` from it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GpuLayout {
+    pub format: WeightFormat,
+    pub main_bytes: u64,
+    pub aux_offset: u64,
+    pub aux_bytes: u64,
+}
+
+impl GpuLayout {
+    /// Total bytes the weight occupies.
+    pub fn total_bytes(&self) -> u64 {
+        if self.aux_bytes == 0 { self.main_bytes } else { self.aux_offset + self.aux_bytes }
+    }
+}
+
+/// The shader format a GGUF type is read with on the GPU.
+pub fn format_of(ty: GgmlType) -> WeightFormat {
+    match ty {
+        GgmlType::F16 => WeightFormat::F16,
+        GgmlType::Q4_0 => WeightFormat::Q4_0,
+        GgmlType::Q4_1 => WeightFormat::Q4_1,
+        GgmlType::Q8_0 => WeightFormat::Q8_0,
+        GgmlType::Q4_K => WeightFormat::Q4_K,
+        GgmlType::Q6_K => WeightFormat::Q6_K,
+        _ => WeightFormat::F32,
+    }
+}
+
+/// The device layout of a `rows` x `cols` weight of type `ty`.
+pub fn layout_of(ty: GgmlType, rows: usize, cols: usize) -> GpuLayout {
+    let format = format_of(ty);
+    let (r, c) = (rows as u64, cols as u64);
+    let blocks = r * (c / 32);
+    let (main_bytes, aux_bytes) = match format {
+        WeightFormat::F32 => (r * c * 4, 0),
+        WeightFormat::F16 => (r * c * 2, 0),
+        WeightFormat::Q4_0 => (blocks * 16, blocks * 2),
+        WeightFormat::Q4_1 => (blocks * 16, blocks * 4),
+        WeightFormat::Q8_0 => (blocks * 32, blocks * 2),
+        WeightFormat::Q4_K => (r * (c / 256) * 144, 0),
+        WeightFormat::Q6_K => (r * (c / 256) * 210, 0),
+    };
+    GpuLayout { format, main_bytes, aux_offset: main_bytes.next_multiple_of(256), aux_bytes }
+}
+
+/// Writes `src` (GGUF bytes of a `rows` x `cols` weight of type `ty`) into `dst` in the layout of
+/// [`layout_of`].
+///
+/// # Errors
+/// Lengths that disagree with the type and shape, or a type that cannot be widened.
+pub fn convert(ty: GgmlType, src: &[u8], rows: usize, cols: usize, dst: &mut [u8]) -> Result<(), DeviceError> {
+    let layout = layout_of(ty, rows, cols);
+    if dst.len() as u64 != layout.total_bytes() {
+        return Err(DeviceError::BadBatch(format!("conversion of a {rows}x{cols} {ty} weight into {} bytes (needs {})", dst.len(), layout.total_bytes())));
+    }
+    let expected = ty.row_bytes(cols as u64).map(|b| b * rows as u64);
+    if expected != Some(src.len() as u64) {
+        return Err(DeviceError::BadBatch(format!("a {rows}x{cols} {ty} weight of {} bytes", src.len())));
+    }
+    let (main, rest) = dst.split_at_mut(layout.main_bytes as usize);
+    let skip = ((layout.aux_offset - layout.main_bytes) as usize).min(rest.len());
+    let aux = &mut rest[skip..];
+    match layout.format {
+        WeightFormat::F16 | WeightFormat::Q4_K | WeightFormat::Q6_K if ty != GgmlType::F32 => main.copy_from_slice(src),
+        WeightFormat::F32 => {
+            let mut vals = vec![0f32; rows * cols];
+            strata_quant::dequantize(ty, src, &mut vals)?;
+            for (d, v) in main.chunks_exact_mut(4).zip(&vals) {
+                d.copy_from_slice(&v.to_le_bytes());
+            }
+        }
+        WeightFormat::Q4_0 => split_blocks(src, 18, 2, 16, main, aux),
+        WeightFormat::Q4_1 => split_blocks(src, 20, 4, 16, main, aux),
+        WeightFormat::Q8_0 => split_blocks(src, 34, 2, 32, main, aux),
+        _ => unreachable!("F16, Q4_K and Q6_K are copied as they are"),
+    }
+    Ok(())
+}
+
+/// Splits blocks of `block` bytes (`head` bytes of scales, then `quants` bytes) into the quants
+/// array and the scales array.
+fn split_blocks(src: &[u8], block: usize, head: usize, quants: usize, main: &mut [u8], aux: &mut [u8]) {
+    for (i, b) in src.chunks_exact(block).enumerate() {
+        aux[i * head..(i + 1) * head].copy_from_slice(&b[..head]);
+        main[i * quants..(i + 1) * quants].copy_from_slice(&b[head..head + quants]);
+    }
+}
+
+/// f32 values as little-endian bytes (small weights are uploaded as f32).
+pub fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// Little-endian f32 bytes back to values.
+pub fn f32_from_bytes(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+}
+
+/// f16 bits of each value (round to nearest even).
+pub fn f16_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| f16::from_f32(*x).to_le_bytes()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn q4_1_blocks_split_into_quants_and_scales() {
+        // Two rows of one block each: d, m, then 16 quant bytes.
+        let mut src = Vec::new();
+        for r in 0..2u8 {
+            src.extend_from_slice(&[1 + r, 2, 3, 4]);
+            src.extend((0..16).map(|i| i + 16 * r));
+        }
+        let l = layout_of(GgmlType::Q4_1, 2, 32);
+        let mut dst = vec![0u8; l.total_bytes() as usize];
+        convert(GgmlType::Q4_1, &src, 2, 32, &mut dst).expect("convert");
+        assert_eq!(&dst[..16], &(0..16).collect::<Vec<u8>>()[..]);
+        assert_eq!(&dst[16..32], &(16..32).collect::<Vec<u8>>()[..]);
+        assert_eq!(&dst[l.aux_offset as usize..l.aux_offset as usize + 8], &[1, 2, 3, 4, 2, 2, 3, 4]);
+    }
+
+    #[test]
+    fn wrong_lengths_are_refused() {
+        let l = layout_of(GgmlType::Q8_0, 1, 32);
+        let mut dst = vec![0u8; l.total_bytes() as usize];
+        assert!(convert(GgmlType::Q8_0, &[0u8; 33], 1, 32, &mut dst).is_err());
+    }
+}

@@ -1,0 +1,293 @@
+//! The typed kernel index: every compute shader the build compiles (`build.rs`), its pipeline
+//! (created on first use), and how a dispatch is recorded (push constants carry the device
+//! addresses of the buffers, so no descriptor set is bound anywhere).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use ash::vk;
+
+use super::context::VulkanContext;
+use super::vk_error;
+use crate::DeviceError;
+
+/// How a weight's bytes are read by the shaders (one compiled variant of each weight-reading
+/// kernel per format).
+#[allow(non_camel_case_types)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WeightFormat {
+    F32,
+    F16,
+    Q4_0,
+    Q4_1,
+    Q8_0,
+    Q4_K,
+    Q6_K,
+}
+
+/// Every kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kernel {
+    /// Matrix-vector product for up to a few tokens (decode).
+    MatVec(WeightFormat),
+    /// Tiled matrix product for many tokens (prefill).
+    MatMul(WeightFormat),
+    /// Embedding-row gather.
+    Embed(WeightFormat),
+    RmsNorm,
+    Rope,
+    StoreKv,
+    Attention,
+    AttentionCombine,
+    SwiGlu,
+    Add,
+    SelectRows,
+    ReadBandwidth,
+    /// Rounds activations as the CPU's 8-bit quantizer does (blocks of 32 or of 256).
+    QuantizeAct(ActRounding),
+}
+
+/// How activations are rounded before a product with a weight (the CPU device's activation
+/// types).
+#[allow(non_camel_case_types)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ActRounding {
+    /// Blocks of 32, f16 scale (Q8_0 and Q8_1): for Q4_0, Q4_1 and Q8_0 weights.
+    Q8_0,
+    /// Blocks of 256, f32 scale: for the K-quants.
+    Q8_K,
+}
+
+impl ActRounding {
+    /// The rounding the CPU applies before multiplying a weight of this format, if any.
+    pub fn for_format(f: WeightFormat) -> Option<ActRounding> {
+        match f {
+            WeightFormat::Q4_0 | WeightFormat::Q4_1 | WeightFormat::Q8_0 => Some(ActRounding::Q8_0),
+            WeightFormat::Q4_K | WeightFormat::Q6_K => Some(ActRounding::Q8_K),
+            WeightFormat::F32 | WeightFormat::F16 => None,
+        }
+    }
+
+    /// Elements per block.
+    pub fn block(self) -> usize {
+        match self {
+            ActRounding::Q8_0 => 32,
+            ActRounding::Q8_K => 256,
+        }
+    }
+}
+
+/// Bytes of push constants every kernel's layout declares (the minimum every device offers).
+pub const PUSH_BYTES: u32 = 128;
+
+macro_rules! spv {
+    ($name:literal) => {
+        include_bytes!(concat!(env!("OUT_DIR"), "/", $name, ".spv"))
+    };
+    ($name:literal, $suffix:literal) => {
+        include_bytes!(concat!(env!("OUT_DIR"), "/", $name, $suffix, ".spv"))
+    };
+}
+
+macro_rules! per_format {
+    ($f:expr, $kernel:literal) => {
+        match $f {
+            WeightFormat::F32 => spv!($kernel, "_f32"),
+            WeightFormat::F16 => spv!($kernel, "_f16"),
+            WeightFormat::Q4_0 => spv!($kernel, "_q4_0"),
+            WeightFormat::Q4_1 => spv!($kernel, "_q4_1"),
+            WeightFormat::Q8_0 => spv!($kernel, "_q8_0"),
+            WeightFormat::Q4_K => spv!($kernel, "_q4_k"),
+            WeightFormat::Q6_K => spv!($kernel, "_q6_k"),
+        }
+    };
+}
+
+impl Kernel {
+    /// The compiled SPIR-V.
+    pub fn spirv(self) -> &'static [u8] {
+        match self {
+            Kernel::MatVec(f) => per_format!(f, "matvec"),
+            Kernel::MatMul(f) => per_format!(f, "matmul"),
+            Kernel::Embed(f) => per_format!(f, "embed"),
+            Kernel::RmsNorm => spv!("rms_norm"),
+            Kernel::Rope => spv!("rope"),
+            Kernel::StoreKv => spv!("store_kv"),
+            Kernel::Attention => spv!("attention"),
+            Kernel::AttentionCombine => spv!("attention_combine"),
+            Kernel::SwiGlu => spv!("swiglu"),
+            Kernel::Add => spv!("add"),
+            Kernel::SelectRows => spv!("select_rows"),
+            Kernel::ReadBandwidth => spv!("read_bandwidth"),
+            Kernel::QuantizeAct(ActRounding::Q8_0) => spv!("quantize_act_q8_0"),
+            Kernel::QuantizeAct(ActRounding::Q8_K) => spv!("quantize_act_q8_k"),
+        }
+    }
+}
+
+/// Push constants: device addresses first, then 32-bit values, as every shader declares them.
+#[derive(Default, Clone, Debug)]
+pub struct Push {
+    bytes: Vec<u8>,
+    words_started: bool,
+}
+
+impl Push {
+    pub fn new() -> Push {
+        Push::default()
+    }
+
+    /// A device address (all of them come before any 32-bit value).
+    pub fn addr(mut self, a: u64) -> Push {
+        debug_assert!(!self.words_started, "addresses come first");
+        self.bytes.extend_from_slice(&a.to_le_bytes());
+        self
+    }
+
+    pub fn u32(mut self, v: u32) -> Push {
+        self.words_started = true;
+        self.bytes.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+
+    pub fn f32(mut self, v: f32) -> Push {
+        self.words_started = true;
+        self.bytes.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+/// Pipelines, created on first use, and the one pipeline layout (push constants only).
+pub struct Pipelines {
+    ctx: Arc<VulkanContext>,
+    layout: vk::PipelineLayout,
+    pipelines: HashMap<Kernel, (vk::ShaderModule, vk::Pipeline)>,
+}
+
+impl Pipelines {
+    /// # Errors
+    /// A Vulkan failure creating the layout.
+    pub fn new(ctx: &Arc<VulkanContext>) -> Result<Pipelines, DeviceError> {
+        let ranges = [vk::PushConstantRange { stage_flags: vk::ShaderStageFlags::COMPUTE, offset: 0, size: PUSH_BYTES }];
+        let info = vk::PipelineLayoutCreateInfo::default().push_constant_ranges(&ranges);
+        // SAFETY: valid device and create info.
+        let layout = unsafe { ctx.device.create_pipeline_layout(&info, None) }.map_err(|e| vk_error(&ctx.name(), "vkCreatePipelineLayout", e))?;
+        Ok(Pipelines { ctx: ctx.clone(), layout, pipelines: HashMap::new() })
+    }
+
+    /// The pipeline of `k`, created now if it was not yet.
+    ///
+    /// # Errors
+    /// The driver refuses the shader.
+    pub fn get(&mut self, k: Kernel) -> Result<vk::Pipeline, DeviceError> {
+        if let Some(&(_, p)) = self.pipelines.get(&k) {
+            return Ok(p);
+        }
+        let name = self.ctx.name();
+        let words = ash::util::read_spv(&mut std::io::Cursor::new(k.spirv())).map_err(|e| DeviceError::Unsupported { device: name.clone(), what: format!("SPIR-V of {k:?}: {e}") })?;
+        let d = &self.ctx.device;
+        // SAFETY: valid SPIR-V produced by glslc at build time.
+        let module = unsafe { d.create_shader_module(&vk::ShaderModuleCreateInfo::default().code(&words), None) }.map_err(|e| vk_error(&name, "vkCreateShaderModule", e))?;
+        let stage = vk::PipelineShaderStageCreateInfo::default().stage(vk::ShaderStageFlags::COMPUTE).module(module).name(c"main");
+        let info = vk::ComputePipelineCreateInfo::default().stage(stage).layout(self.layout);
+        // SAFETY: the module and layout are live; the create info outlives the call.
+        let created = unsafe { d.create_compute_pipelines(vk::PipelineCache::null(), &[info], None) };
+        match created {
+            Ok(p) => {
+                self.pipelines.insert(k, (module, p[0]));
+                Ok(p[0])
+            }
+            Err((_, e)) => {
+                // SAFETY: the module is not used by any pipeline.
+                unsafe { d.destroy_shader_module(module, None) };
+                Err(vk_error(&name, "vkCreateComputePipelines", e))
+            }
+        }
+    }
+
+    /// The pipeline layout.
+    pub fn layout(&self) -> vk::PipelineLayout {
+        self.layout
+    }
+}
+
+impl Drop for Pipelines {
+    fn drop(&mut self) {
+        // SAFETY: owners drop pipelines after their submissions completed.
+        unsafe {
+            for (_, (m, p)) in self.pipelines.drain() {
+                self.ctx.device.destroy_pipeline(p, None);
+                self.ctx.device.destroy_shader_module(m, None);
+            }
+            self.ctx.device.destroy_pipeline_layout(self.layout, None);
+        }
+    }
+}
+
+/// Records dispatches into one command buffer.
+pub struct Recorder<'a> {
+    pub(crate) device: &'a ash::Device,
+    pub(crate) cb: vk::CommandBuffer,
+    pub(crate) pipelines: &'a mut Pipelines,
+}
+
+impl Recorder<'_> {
+    /// A dispatch of `groups` workgroups.
+    ///
+    /// # Errors
+    /// A pipeline that cannot be created.
+    pub fn dispatch(&mut self, k: Kernel, push: &Push, groups: [u32; 3]) -> Result<(), DeviceError> {
+        if groups.contains(&0) {
+            return Ok(());
+        }
+        self.bind(k, push)?;
+        // SAFETY: the command buffer is recording; the pipeline and push constants are bound.
+        unsafe { self.device.cmd_dispatch(self.cb, groups[0], groups[1], groups[2]) };
+        Ok(())
+    }
+
+    /// A dispatch whose workgroup counts are read from `buffer` at `offset` when it runs.
+    ///
+    /// # Errors
+    /// A pipeline that cannot be created.
+    pub fn dispatch_indirect(&mut self, k: Kernel, push: &Push, buffer: vk::Buffer, offset: u64) -> Result<(), DeviceError> {
+        self.bind(k, push)?;
+        // SAFETY: as above; the buffer has INDIRECT_BUFFER usage and holds 3 u32 at `offset`.
+        unsafe { self.device.cmd_dispatch_indirect(self.cb, buffer, offset) };
+        Ok(())
+    }
+
+    fn bind(&mut self, k: Kernel, push: &Push) -> Result<(), DeviceError> {
+        let p = self.pipelines.get(k)?;
+        debug_assert!(push.bytes().len() <= PUSH_BYTES as usize);
+        // SAFETY: recording; the push constant bytes fit the layout's range.
+        unsafe {
+            self.device.cmd_bind_pipeline(self.cb, vk::PipelineBindPoint::COMPUTE, p);
+            self.device.cmd_push_constants(self.cb, self.pipelines.layout(), vk::ShaderStageFlags::COMPUTE, 0, push.bytes());
+        }
+        Ok(())
+    }
+
+    /// Makes every earlier shader write visible to every later shader read.
+    pub fn barrier(&mut self) {
+        let mb = vk::MemoryBarrier::default().src_access_mask(vk::AccessFlags::SHADER_WRITE).dst_access_mask(vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE);
+        // SAFETY: recording.
+        unsafe { self.device.cmd_pipeline_barrier(self.cb, vk::PipelineStageFlags::COMPUTE_SHADER, vk::PipelineStageFlags::COMPUTE_SHADER, vk::DependencyFlags::empty(), &[mb], &[], &[]) };
+    }
+
+    /// Copies `bytes` from `src` to a host-readable `dst`, after every earlier shader write.
+    pub fn copy_to_host(&mut self, src: vk::Buffer, src_offset: u64, dst: vk::Buffer, bytes: u64) {
+        let before = vk::MemoryBarrier::default().src_access_mask(vk::AccessFlags::SHADER_WRITE).dst_access_mask(vk::AccessFlags::TRANSFER_READ);
+        let after = vk::MemoryBarrier::default().src_access_mask(vk::AccessFlags::TRANSFER_WRITE).dst_access_mask(vk::AccessFlags::HOST_READ);
+        // SAFETY: recording; both buffers are live and the region lies inside both.
+        unsafe {
+            self.device.cmd_pipeline_barrier(self.cb, vk::PipelineStageFlags::COMPUTE_SHADER, vk::PipelineStageFlags::TRANSFER, vk::DependencyFlags::empty(), &[before], &[], &[]);
+            self.device.cmd_copy_buffer(self.cb, src, dst, &[vk::BufferCopy { src_offset, dst_offset: 0, size: bytes }]);
+            self.device.cmd_pipeline_barrier(self.cb, vk::PipelineStageFlags::TRANSFER, vk::PipelineStageFlags::HOST, vk::DependencyFlags::empty(), &[after], &[], &[]);
+        }
+    }
+}

@@ -1,0 +1,227 @@
+//! Single ops on a Vulkan device, through the same kernels the plan records, for the op-by-op
+//! checks against the CPU ([`crate::backend_ops`]). Every call makes host-visible buffers for its
+//! inputs and output, runs one submission, and reads the output back.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use strata_model::RopeStyle;
+use strata_quant::GgmlType;
+
+use super::context::VulkanContext;
+use super::conv;
+use super::kernels::{Kernel, Pipelines, Push, Recorder};
+use super::memory::{Buffer, MemoryKind, OneShot, Origin, VulkanKvMemory};
+use crate::backend_ops::{rope_angles, AttentionArgs, OpBackend};
+use crate::kv_memory::HostKvMemory;
+use crate::DeviceError;
+
+/// The ops of one Vulkan device.
+pub struct VulkanOps {
+    // Drop order: submissions' users before the context.
+    oneshot: OneShot,
+    pipelines: Pipelines,
+    /// Imported KV arenas by the address of their first chunk: imported once, then read in place.
+    imports: HashMap<usize, (Arc<HostKvMemory>, VulkanKvMemory)>,
+    ctx: Arc<VulkanContext>,
+}
+
+impl VulkanOps {
+    /// # Errors
+    /// A device that cannot be opened.
+    pub fn new(ctx: &Arc<VulkanContext>) -> Result<VulkanOps, DeviceError> {
+        Ok(VulkanOps { oneshot: OneShot::new(ctx)?, pipelines: Pipelines::new(ctx)?, imports: HashMap::new(), ctx: ctx.clone() })
+    }
+
+    fn upload(&self, bytes: &[u8]) -> Result<Buffer, DeviceError> {
+        let mut b = Buffer::new(&self.ctx, bytes.len() as u64, MemoryKind::HostVisible, "op input")?;
+        b.mapped_mut().ok_or_else(|| DeviceError::Unsupported { device: self.ctx.name(), what: "unmapped host buffer".into() })?[..bytes.len()].copy_from_slice(bytes);
+        Ok(b)
+    }
+
+    fn output(&self, floats: usize) -> Result<Buffer, DeviceError> {
+        Buffer::new(&self.ctx, (floats * 4) as u64, MemoryKind::HostVisible, "op output")
+    }
+
+    fn read(b: &Buffer, floats: usize) -> Vec<f32> {
+        conv::f32_from_bytes(&b.mapped().unwrap_or(&[])[..floats * 4])
+    }
+
+    fn run(&mut self, record: impl FnOnce(&mut Recorder<'_>) -> Result<(), DeviceError>) -> Result<(), DeviceError> {
+        let device = self.ctx.device.clone();
+        let pipelines = &mut self.pipelines;
+        let mut result = Ok(());
+        self.oneshot.run(|_, cb| {
+            let mut rec = Recorder { device: &device, cb, pipelines };
+            result = record(&mut rec);
+        })?;
+        result
+    }
+
+    fn weight(&self, ty: GgmlType, bytes: &[u8], rows: usize, cols: usize) -> Result<(Buffer, conv::GpuLayout), DeviceError> {
+        let layout = conv::layout_of(ty, rows, cols);
+        let mut dst = vec![0u8; layout.total_bytes() as usize];
+        conv::convert(ty, bytes, rows, cols, &mut dst)?;
+        Ok((self.upload(&dst)?, layout))
+    }
+
+    /// The imported view of a host KV arena (importing it on first use).
+    ///
+    /// # Errors
+    /// A driver that cannot import host memory.
+    pub fn imported(&mut self, kv: &Arc<HostKvMemory>) -> Result<&VulkanKvMemory, DeviceError> {
+        let key = kv.chunk_raw(0).map_or(0, |(p, _)| p as usize);
+        if !self.imports.contains_key(&key) {
+            let export = kv.export()?;
+            let layout = export.layout().clone();
+            // SAFETY: the Arc stored beside the import keeps the host memory alive.
+            let mem = unsafe { VulkanKvMemory::import(&self.ctx, &layout, export)? };
+            self.imports.insert(key, (kv.clone(), mem));
+        }
+        Ok(&self.imports[&key].1)
+    }
+
+    /// Where each imported chunk of `kv` came from (host pointers, for the zero-copy check).
+    pub fn import_origins(&self, kv: &Arc<HostKvMemory>) -> Option<Vec<Origin>> {
+        let key = kv.chunk_raw(0).map_or(0, |(p, _)| p as usize);
+        self.imports.get(&key).map(|(_, m)| m.origins())
+    }
+}
+
+fn u32_bytes(v: &[u32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+impl OpBackend for VulkanOps {
+    fn name(&self) -> String {
+        self.ctx.name()
+    }
+
+    fn matmul(&mut self, ty: GgmlType, weight: &[u8], rows: usize, cols: usize, x: &[f32], n: usize) -> Result<Vec<f32>, DeviceError> {
+        let (w, layout) = self.weight(ty, weight, rows, cols)?;
+        let xb = self.upload(&conv::f32_bytes(x))?;
+        let out = self.output(rows * n)?;
+        let aux = if layout.aux_bytes == 0 { 0 } else { w.address() + layout.aux_offset };
+        let push = Push::new().addr(w.address()).addr(aux).addr(xb.address()).addr(out.address()).addr(0).u32(rows as u32).u32(cols as u32).u32(n as u32).u32(cols as u32).u32(rows as u32);
+        let kernel = if n <= 8 { Kernel::MatVec(layout.format) } else { Kernel::MatMul(layout.format) };
+        let groups = if n <= 8 { [rows.div_ceil(8) as u32, n.div_ceil(4) as u32, 1] } else { [rows.div_ceil(64) as u32, n.div_ceil(64) as u32, 1] };
+        self.run(|r| r.dispatch(kernel, &push, groups))?;
+        Ok(Self::read(&out, rows * n))
+    }
+
+    fn embed(&mut self, ty: GgmlType, table: &[u8], rows: usize, cols: usize, tokens: &[u32]) -> Result<Vec<f32>, DeviceError> {
+        let (w, layout) = self.weight(ty, table, rows, cols)?;
+        let tb = self.upload(&u32_bytes(tokens))?;
+        let out = self.output(tokens.len() * cols)?;
+        let aux = if layout.aux_bytes == 0 { 0 } else { w.address() + layout.aux_offset };
+        let push = Push::new().addr(w.address()).addr(aux).addr(tb.address()).addr(out.address()).u32(cols as u32).u32(cols as u32);
+        self.run(|r| r.dispatch(Kernel::Embed(layout.format), &push, [tokens.len() as u32, 1, 1]))?;
+        Ok(Self::read(&out, tokens.len() * cols))
+    }
+
+    fn rms_norm(&mut self, x: &[f32], weight: &[f32], eps: f32) -> Result<Vec<f32>, DeviceError> {
+        let d = weight.len();
+        let xb = self.upload(&conv::f32_bytes(x))?;
+        let wb = self.upload(&conv::f32_bytes(weight))?;
+        let out = self.output(x.len())?;
+        let push = Push::new().addr(xb.address()).addr(wb.address()).addr(out.address()).u32(d as u32).u32(1).u32(d as u32).u32(d as u32).f32(eps);
+        self.run(|r| r.dispatch(Kernel::RmsNorm, &push, [(x.len() / d) as u32, 1, 1]))?;
+        Ok(Self::read(&out, x.len()))
+    }
+
+    fn rope(&mut self, x: &[f32], n_heads: usize, head_dim: usize, rope_dims: usize, base: f32, positions: &[u32], style: RopeStyle) -> Result<Vec<f32>, DeviceError> {
+        let half = rope_dims / 2;
+        let max_pos = positions.iter().copied().max().unwrap_or(0) as usize;
+        let mut table = Vec::with_capacity((max_pos + 1) * 2 * half);
+        for pos in 0..=max_pos as u32 {
+            let (c, s) = rope_angles(rope_dims, base, pos);
+            table.extend(c);
+            table.extend(s);
+        }
+        let xb = self.upload(&conv::f32_bytes(x))?;
+        let tb = self.upload(&conv::f32_bytes(&table))?;
+        let pb = self.upload(&u32_bytes(positions))?;
+        let n = positions.len();
+        let push = Push::new()
+            .addr(xb.address())
+            .addr(tb.address())
+            .addr(pb.address())
+            .u32((n_heads * head_dim) as u32)
+            .u32(n_heads as u32)
+            .u32(head_dim as u32)
+            .u32(half as u32)
+            .u32(u32::from(style == RopeStyle::Neox))
+            .u32(n as u32);
+        self.run(|r| r.dispatch(Kernel::Rope, &push, [(n * n_heads * half).div_ceil(64) as u32, 1, 1]))?;
+        Ok(Self::read(&xb, x.len()))
+    }
+
+    fn swiglu(&mut self, gate: &[f32], up: &[f32]) -> Result<Vec<f32>, DeviceError> {
+        let (g, u) = (self.upload(&conv::f32_bytes(gate))?, self.upload(&conv::f32_bytes(up))?);
+        let out = self.output(gate.len())?;
+        let push = Push::new().addr(g.address()).addr(u.address()).addr(out.address()).u32(gate.len() as u32);
+        self.run(|r| r.dispatch(Kernel::SwiGlu, &push, [(gate.len() as u32).div_ceil(256), 1, 1]))?;
+        Ok(Self::read(&out, gate.len()))
+    }
+
+    fn add(&mut self, acc: &[f32], other: &[f32]) -> Result<Vec<f32>, DeviceError> {
+        let (a, o) = (self.upload(&conv::f32_bytes(acc))?, self.upload(&conv::f32_bytes(other))?);
+        let push = Push::new().addr(a.address()).addr(o.address()).u32(acc.len() as u32);
+        self.run(|r| r.dispatch(Kernel::Add, &push, [(acc.len() as u32).div_ceil(256), 1, 1]))?;
+        Ok(Self::read(&a, acc.len()))
+    }
+
+    fn attention(&mut self, kv: &Arc<HostKvMemory>, a: &AttentionArgs<'_>) -> Result<Vec<f32>, DeviceError> {
+        let n = a.positions.len();
+        let ((kc, stride), (vc, _)) = {
+            let mem = self.imported(kv)?;
+            let missing = || DeviceError::BadBatch(format!("layer {} is not in the arena", a.layer));
+            (mem.tensor_address(a.layer as u32, false).ok_or_else(missing)?, mem.tensor_address(a.layer as u32, true).ok_or_else(missing)?)
+        };
+        let max_len = a.positions.iter().map(|&p| p as usize + 1).max().unwrap_or(1);
+        // Several splits even for short contexts, so the merge is exercised.
+        let n_splits = max_len.div_ceil(64).clamp(1, 16);
+        let split_len = max_len.div_ceil(n_splits);
+        let header = [n_splits as u32, split_len as u32, 0, 0, a.n_kv_heads as u32, n_splits as u32, n as u32, 0];
+        let mut offsets = Vec::new();
+        let mut flat = Vec::new();
+        for t in a.block_tables {
+            offsets.push(flat.len() as u32);
+            flat.extend_from_slice(t);
+        }
+        let hb = self.upload(&u32_bytes(&header))?;
+        let qb = self.upload(&conv::f32_bytes(a.q))?;
+        let pos = self.upload(&u32_bytes(a.positions))?;
+        let seq = self.upload(&u32_bytes(a.seq_of_token))?;
+        let off = self.upload(&u32_bytes(&offsets))?;
+        let tab = self.upload(&u32_bytes(&flat))?;
+        let qw = a.n_heads * a.head_dim;
+        let partial = self.output(n * a.n_heads * n_splits * (a.head_dim + 2))?;
+        let out = self.output(n * qw)?;
+        let push = Push::new()
+            .addr(qb.address())
+            .addr(partial.address())
+            .addr(kc)
+            .addr(vc)
+            .addr(pos.address())
+            .addr(seq.address())
+            .addr(off.address())
+            .addr(tab.address())
+            .addr(hb.address())
+            .u32(a.n_heads as u32)
+            .u32(a.n_kv_heads as u32)
+            .u32(a.head_dim as u32)
+            .u32(qw as u32)
+            .u32((stride / 2) as u32)
+            .u32(a.block_size as u32)
+            .f32(a.scale);
+        let combine = Push::new().addr(partial.address()).addr(out.address()).addr(hb.address()).u32(a.n_heads as u32).u32(a.head_dim as u32).u32(qw as u32);
+        let hbuf = hb.buffer;
+        self.run(|r| {
+            r.dispatch_indirect(Kernel::Attention, &push, hbuf, 16)?;
+            r.barrier();
+            r.dispatch(Kernel::AttentionCombine, &combine, [a.n_heads as u32, n as u32, 1])
+        })?;
+        Ok(Self::read(&out, n * qw))
+    }
+}

@@ -1,0 +1,583 @@
+//! The forward graph compiled for Vulkan: weights uploaded once, activation buffers sized for the
+//! largest step, and one recorded command buffer per step shape (tokens, outputs) replayed step
+//! after step. What varies between steps of one shape (token ids, positions, block tables, the
+//! attention split) lives in a host-visible parameter buffer the shaders read, and the attention
+//! dispatch is indirect, so a step is one submission with no host round trip per layer.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use ash::vk;
+use strata_io::gguf::GgufFile;
+use strata_model::graph::{BufId, ForwardGraph, Op, Rows};
+use strata_model::RopeStyle;
+
+use super::context::VulkanContext;
+use super::conv::{self, GpuLayout};
+use super::kernels::{ActRounding, Kernel, Pipelines, Push, Recorder, WeightFormat};
+use super::memory::{submit_and_wait, Buffer, DeviceArena, MemoryKind, Slice, Uploader, VulkanKvMemory};
+use super::vk_error;
+use crate::kv_memory::HostKvMemory;
+use crate::{BatchLimits, DeviceError, ForwardPlan, StepBatch};
+
+/// Options of a Vulkan plan.
+#[derive(Clone, Debug)]
+pub struct VulkanOptions {
+    /// Most tokens one step may hold (the `ubatch`).
+    pub max_batch_tokens: usize,
+    /// Most rows of logits one step may return.
+    pub max_outputs: usize,
+    /// Cells per KV block.
+    pub block_size: usize,
+    /// Longest sequence (positions are below this).
+    pub max_context: usize,
+    /// Most sequences one step may hold.
+    pub max_seqs: usize,
+}
+
+/// Decode steps of at most this many tokens use the matrix-vector kernel; larger ones the tiled
+/// matrix kernel.
+const MATVEC_MAX_TOKENS: usize = 8;
+/// Rows per matrix-vector workgroup (4 teams x 2 rows: shaders/matvec.comp).
+const MATVEC_ROWS_PER_GROUP: usize = 8;
+/// Tokens per matrix-vector pass.
+const MATVEC_TOKENS_PER_GROUP: usize = 4;
+/// Positions per attention split at least (a workgroup walks them in tiles of 128).
+const ATTENTION_SPLIT_MIN: usize = 256;
+const ATTENTION_MAX_SPLITS: usize = 64;
+/// Limits of shaders/attention.comp.
+const ATTENTION_MAX_GROUP: usize = 8;
+const ATTENTION_MAX_HEAD_DIM: usize = 256;
+const ATTENTION_MAX_Q: usize = 1024;
+/// Command buffers kept for distinct step shapes.
+const MAX_RECORDED_SHAPES: usize = 64;
+
+/// A weight in device memory.
+#[derive(Clone, Copy, Debug)]
+struct GpuWeight {
+    layout: GpuLayout,
+    address: u64,
+    rows: usize,
+    cols: usize,
+}
+
+impl GpuWeight {
+    fn aux(&self) -> u64 {
+        if self.layout.aux_bytes == 0 { 0 } else { self.address + self.layout.aux_offset }
+    }
+}
+
+/// Word offsets of the regions of the parameter buffer.
+#[derive(Clone, Copy, Debug)]
+struct ParamLayout {
+    tokens: usize,
+    positions: usize,
+    seq_of_token: usize,
+    output_rows: usize,
+    table_offsets: usize,
+    tables: usize,
+    tables_capacity: usize,
+    total: usize,
+}
+
+/// Word offsets in the header: n_splits, split_len, then the indirect attention dispatch.
+const HEADER_WORDS: usize = 16;
+const HEADER_ATTENTION_ARGS: usize = 4;
+
+impl ParamLayout {
+    fn new(max_tokens: usize, max_outputs: usize, max_seqs: usize, max_blocks_per_seq: usize) -> ParamLayout {
+        let tokens = HEADER_WORDS;
+        let positions = tokens + max_tokens;
+        let seq_of_token = positions + max_tokens;
+        let output_rows = seq_of_token + max_tokens;
+        let table_offsets = output_rows + max_outputs;
+        let tables = table_offsets + max_seqs + 1;
+        let tables_capacity = max_seqs * max_blocks_per_seq;
+        ParamLayout { tokens, positions, seq_of_token, output_rows, table_offsets, tables, tables_capacity, total: tables + tables_capacity }
+    }
+}
+
+/// The forward graph compiled for one Vulkan device.
+pub struct VulkanPlan {
+    // Field order is drop order: command buffers and pipelines before the memory they use, and
+    // the context last.
+    commands: CommandCache,
+    pipelines: Pipelines,
+    graph: ForwardGraph,
+    weights: Vec<Option<GpuWeight>>,
+    bufs: Vec<Slice>,
+    partial: Slice,
+    rope_table: Slice,
+    /// Rounded copies of a product's input, one per rounding (Q8_0-style, Q8_K-style).
+    rounded: [Slice; 2],
+    arena: DeviceArena,
+    params: Buffer,
+    param_layout: ParamLayout,
+    readback: Buffer,
+    kv: VulkanKvMemory,
+    /// Keeps imported host memory alive as long as the device may touch it.
+    _kv_host: Option<Arc<HostKvMemory>>,
+    logits: Vec<f32>,
+    split_budget: usize,
+    opts: VulkanOptions,
+    weight_bytes: u64,
+    ctx: Arc<VulkanContext>,
+}
+
+/// Recorded command buffers by step shape, with the pool and the fence they are submitted with.
+struct CommandCache {
+    ctx: Arc<VulkanContext>,
+    pool: vk::CommandPool,
+    fence: vk::Fence,
+    recorded: HashMap<(usize, usize), vk::CommandBuffer>,
+}
+
+impl CommandCache {
+    fn new(ctx: &Arc<VulkanContext>) -> Result<CommandCache, DeviceError> {
+        let name = ctx.name();
+        let info = vk::CommandPoolCreateInfo::default().queue_family_index(ctx.queue_family);
+        // SAFETY: valid device and create info.
+        let pool = unsafe { ctx.device.create_command_pool(&info, None) }.map_err(|e| vk_error(&name, "vkCreateCommandPool", e))?;
+        // SAFETY: valid device.
+        let fence = unsafe { ctx.device.create_fence(&vk::FenceCreateInfo::default(), None) }.map_err(|e| vk_error(&name, "vkCreateFence", e))?;
+        Ok(CommandCache { ctx: ctx.clone(), pool, fence, recorded: HashMap::new() })
+    }
+}
+
+impl Drop for CommandCache {
+    fn drop(&mut self) {
+        // SAFETY: every submission was waited for; freeing the pool frees its command buffers.
+        unsafe {
+            self.ctx.device.destroy_fence(self.fence, None);
+            self.ctx.device.destroy_command_pool(self.pool, None);
+        }
+    }
+}
+
+/// Where the plan's KV arena comes from.
+pub enum KvSource {
+    /// Allocated by this device.
+    Allocate(strata_kv::KvLayout),
+    /// The CPU device's host memory, imported in place.
+    ImportHost(Arc<HostKvMemory>),
+    /// Already imported or allocated.
+    Ready(VulkanKvMemory),
+}
+
+fn unsupported(ctx: &VulkanContext, what: String) -> DeviceError {
+    DeviceError::Unsupported { device: ctx.name(), what }
+}
+
+impl VulkanPlan {
+    /// Compiles `graph` for the device: uploads the weights it reads from `file`, allocates the
+    /// activations and sets up the KV arena.
+    ///
+    /// # Errors
+    /// A graph outside the shaders' limits, out of device memory, or a KV arena that cannot be
+    /// allocated or imported.
+    pub fn compile(ctx: &Arc<VulkanContext>, graph: ForwardGraph, file: &GgufFile, kv: KvSource, opts: VulkanOptions) -> Result<VulkanPlan, DeviceError> {
+        let hp = graph.hparams.clone();
+        let group = hp.n_heads / hp.n_kv_heads.max(1);
+        if group > ATTENTION_MAX_GROUP || hp.head_dim > ATTENTION_MAX_HEAD_DIM || group * hp.head_dim > ATTENTION_MAX_Q || hp.n_heads % hp.n_kv_heads.max(1) != 0 {
+            return Err(unsupported(ctx, format!("attention with {} query heads per KV head of {} dimensions (the shader takes up to {ATTENTION_MAX_GROUP} heads, {ATTENTION_MAX_HEAD_DIM} dimensions)", group, hp.head_dim)));
+        }
+        let (kv, kv_host) = match kv {
+            KvSource::Allocate(layout) => (VulkanKvMemory::allocate(ctx, &layout)?, None),
+            KvSource::ImportHost(host) => {
+                let export = host.export()?;
+                let layout = export.layout().clone();
+                // SAFETY: the plan keeps `host` alive (`_kv_host`) as long as the imported buffers.
+                (unsafe { VulkanKvMemory::import(ctx, &layout, export)? }, Some(host))
+            }
+            KvSource::Ready(m) => (m, None),
+        };
+        if kv.layout.params.shape.n_layers as usize != hp.n_layers || (kv.layout.params.shape.n_kv_heads as usize * kv.layout.params.shape.head_dim as usize) != hp.kv_width() {
+            return Err(unsupported(ctx, "the KV arena was laid out for another model".into()));
+        }
+        if kv.layout.params.block_size as usize != opts.block_size {
+            return Err(unsupported(ctx, format!("KV blocks of {} cells, the plan was asked for {}", kv.layout.params.block_size, opts.block_size)));
+        }
+
+        // Weights: sizes first, then one upload pass through the staging buffer.
+        let mut arena = DeviceArena::new(ctx, "weights and activations");
+        let layouts: Vec<GpuLayout> = graph.weights.iter().map(|w| if w.rows == 1 { GpuLayout { format: WeightFormat::F32, main_bytes: w.cols as u64 * 4, aux_offset: 0, aux_bytes: 0 } } else { conv::layout_of(w.ty, w.rows, w.cols) }).collect();
+        let sizes: Vec<u64> = layouts.iter().map(|l| l.total_bytes()).collect();
+        let slices = arena.alloc_all(&sizes)?;
+        let mut uploader = Uploader::new(ctx, 64 << 20)?;
+        let mut weights = Vec::with_capacity(graph.weights.len());
+        for ((w, layout), slice) in graph.weights.iter().zip(&layouts).zip(&slices) {
+            let bad = || unsupported(ctx, format!("weight {} lies outside the model file", w.name));
+            let start = usize::try_from(w.offset).map_err(|_| bad())?;
+            let len = usize::try_from(w.bytes).map_err(|_| bad())?;
+            let src = file.bytes().get(start..start.checked_add(len).ok_or_else(bad)?).ok_or_else(bad)?;
+            let dst = arena.buffer(slice);
+            if w.rows == 1 {
+                let mut v = vec![0f32; w.cols];
+                strata_quant::dequantize(w.ty, src, &mut v)?;
+                uploader.upload(dst, slice.offset, &conv::f32_bytes(&v))?;
+            } else {
+                if layout.format == WeightFormat::F32 && w.ty != strata_quant::GgmlType::F32 {
+                    tracing::warn!(weight = %w.name, ty = %w.ty, "no Vulkan shader reads this type; widened to f32");
+                }
+                let mut err = None;
+                uploader.upload_with(dst, slice.offset, layout.total_bytes(), |staging| {
+                    if let Err(e) = conv::convert(w.ty, src, w.rows, w.cols, staging) {
+                        err = Some(e);
+                    }
+                })?;
+                if let Some(e) = err {
+                    return Err(e);
+                }
+            }
+            weights.push(Some(GpuWeight { layout: *layout, address: slice.address, rows: w.rows, cols: w.cols }));
+        }
+        let weight_bytes = uploader.uploaded_bytes;
+
+        // Activations, the attention scratch and the rope table.
+        let rows_of = |r: Rows| match r {
+            Rows::Tokens => opts.max_batch_tokens,
+            Rows::Outputs => opts.max_outputs,
+        };
+        let split_budget = opts.max_batch_tokens.max(1024);
+        let mut sizes: Vec<u64> = graph.buffers.iter().map(|b| (rows_of(b.rows) * b.width * 4) as u64).collect();
+        sizes.push((split_budget * hp.n_heads * (hp.head_dim + 2) * 4) as u64);
+        let half = hp.rope_dims / 2;
+        sizes.push((opts.max_context * 2 * half * 4) as u64);
+        let widest_input = graph.ops.iter().filter_map(|op| if let Op::MatMul { input, .. } = op { Some(graph.buffer(*input).width) } else { None }).max().unwrap_or(0);
+        let rows_max = opts.max_batch_tokens.max(opts.max_outputs);
+        sizes.push((rows_max * widest_input * 4) as u64);
+        sizes.push((rows_max * widest_input * 4) as u64);
+        let mut slices = arena.alloc_all(&sizes)?;
+        let rounded_k = slices.pop().expect("allocated");
+        let rounded_0 = slices.pop().expect("allocated");
+        let rope_table = slices.pop().expect("allocated");
+        let partial = slices.pop().expect("allocated");
+        let bufs = slices;
+        let mut table = Vec::with_capacity(opts.max_context * 2 * half);
+        let inv_freq: Vec<f32> = (0..half).map(|i| hp.rope_base.powf(-2.0 * i as f32 / hp.rope_dims as f32)).collect();
+        for pos in 0..opts.max_context {
+            let (mut c, mut s) = (Vec::with_capacity(half), Vec::with_capacity(half));
+            for f in &inv_freq {
+                let (sin, cos) = (pos as f32 * f).sin_cos();
+                c.push(cos);
+                s.push(sin);
+            }
+            table.extend(c);
+            table.extend(s);
+        }
+        uploader.upload(arena.buffer(&rope_table), rope_table.offset, &conv::f32_bytes(&table))?;
+        uploader.flush()?;
+
+        let max_blocks_per_seq = opts.max_context.div_ceil(opts.block_size);
+        let max_seqs = opts.max_seqs.clamp(1, opts.max_batch_tokens);
+        let param_layout = ParamLayout::new(opts.max_batch_tokens, opts.max_outputs, max_seqs, max_blocks_per_seq);
+        let params = Buffer::new(ctx, (param_layout.total * 4) as u64, MemoryKind::HostVisible, "step parameters")?;
+        let readback = Buffer::new(ctx, (opts.max_outputs * hp.vocab_size * 4) as u64, MemoryKind::HostVisible, "logits readback")?;
+        tracing::info!(device = %ctx.name(), weights_mib = weight_bytes >> 20, device_mib = arena.allocated_bytes() >> 20, "Vulkan plan compiled");
+        Ok(VulkanPlan {
+            commands: CommandCache::new(ctx)?,
+            pipelines: Pipelines::new(ctx)?,
+            graph,
+            weights,
+            bufs,
+            partial,
+            rope_table,
+            rounded: [rounded_0, rounded_k],
+            arena,
+            params,
+            param_layout,
+            readback,
+            kv,
+            _kv_host: kv_host,
+            logits: Vec::new(),
+            split_budget,
+            opts: VulkanOptions { max_seqs, ..opts },
+            weight_bytes,
+            ctx: ctx.clone(),
+        })
+    }
+
+    /// Bytes of weights uploaded.
+    pub fn weight_bytes(&self) -> u64 {
+        self.weight_bytes
+    }
+
+    /// Bytes of device memory held for weights and activations (the KV arena not included).
+    pub fn device_bytes(&self) -> u64 {
+        self.arena.allocated_bytes()
+    }
+
+    /// The KV arena's memory.
+    pub fn kv_memory(&self) -> &VulkanKvMemory {
+        &self.kv
+    }
+
+
+    fn param_addr(&self, word: usize) -> u64 {
+        self.params.address() + (word * 4) as u64
+    }
+
+    fn write_params(&mut self, b: &StepBatch<'_>) -> Result<(), DeviceError> {
+        let pl = self.param_layout;
+        let n = b.len();
+        let n_seqs = b.block_tables.len();
+        if n_seqs > self.opts.max_seqs {
+            return Err(DeviceError::BadBatch(format!("{n_seqs} sequences in a step; this plan takes up to {}", self.opts.max_seqs)));
+        }
+        let table_words: usize = b.block_tables.iter().map(|t| t.len()).sum();
+        if table_words > pl.tables_capacity {
+            return Err(DeviceError::BadBatch(format!("{table_words} block-table entries in a step; this plan holds {}", pl.tables_capacity)));
+        }
+        if let Some(p) = b.positions.iter().find(|&&p| p as usize >= self.opts.max_context) {
+            return Err(DeviceError::BadBatch(format!("position {p} is beyond the context of {}", self.opts.max_context)));
+        }
+        let max_len = b.positions.iter().map(|&p| p as usize + 1).max().unwrap_or(1);
+        let mut n_splits = max_len.div_ceil(ATTENTION_SPLIT_MIN).clamp(1, ATTENTION_MAX_SPLITS);
+        n_splits = n_splits.min((self.split_budget / n).max(1));
+        let split_len = max_len.div_ceil(n_splits);
+        let hp = &self.graph.hparams;
+        let header = [n_splits as u32, split_len as u32, 0, 0, hp.n_kv_heads as u32, n_splits as u32, n as u32, 0];
+        let bytes = self.params.mapped_mut().ok_or_else(|| unsupported(&self.ctx, "the parameter buffer is not mapped".into()))?;
+        // The buffer is host-coherent and no submission is pending: plain writes.
+        let words: &mut [u32] = bytemuck_words(bytes);
+        words[..header.len()].copy_from_slice(&header);
+        words[pl.tokens..pl.tokens + n].copy_from_slice(b.tokens);
+        words[pl.positions..pl.positions + n].copy_from_slice(b.positions);
+        words[pl.seq_of_token..pl.seq_of_token + n].copy_from_slice(b.seq_of_token);
+        words[pl.output_rows..pl.output_rows + b.output_rows.len()].copy_from_slice(b.output_rows);
+        let mut at = 0usize;
+        for (s, t) in b.block_tables.iter().enumerate() {
+            words[pl.table_offsets + s] = at as u32;
+            words[pl.tables + at..pl.tables + at + t.len()].copy_from_slice(t);
+            at += t.len();
+        }
+        Ok(())
+    }
+
+    fn record(&mut self, n: usize, n_out: usize) -> Result<vk::CommandBuffer, DeviceError> {
+        if let Some(&cb) = self.commands.recorded.get(&(n, n_out)) {
+            return Ok(cb);
+        }
+        let name = self.ctx.name();
+        if self.commands.recorded.len() >= MAX_RECORDED_SHAPES {
+            let cbs: Vec<vk::CommandBuffer> = self.commands.recorded.drain().map(|(_, cb)| cb).collect();
+            // SAFETY: no submission is pending (every forward waits for its fence).
+            unsafe { self.ctx.device.free_command_buffers(self.commands.pool, &cbs) };
+        }
+        let alloc = vk::CommandBufferAllocateInfo::default().command_pool(self.commands.pool).level(vk::CommandBufferLevel::PRIMARY).command_buffer_count(1);
+        // SAFETY: the pool is live.
+        let cb = unsafe { self.ctx.device.allocate_command_buffers(&alloc) }.map_err(|e| vk_error(&name, "vkAllocateCommandBuffers", e))?[0];
+        // SAFETY: a fresh command buffer.
+        unsafe { self.ctx.device.begin_command_buffer(cb, &vk::CommandBufferBeginInfo::default()) }.map_err(|e| vk_error(&name, "vkBeginCommandBuffer", e))?;
+        let ops = std::mem::take(&mut self.graph.ops);
+        let result = self.record_ops(cb, &ops, n, n_out);
+        self.graph.ops = ops;
+        // SAFETY: recording began above.
+        let ended = unsafe { self.ctx.device.end_command_buffer(cb) };
+        if let Err(e) = result.and(ended.map_err(|e| vk_error(&name, "vkEndCommandBuffer", e))) {
+            // SAFETY: never submitted.
+            unsafe { self.ctx.device.free_command_buffers(self.commands.pool, &[cb]) };
+            return Err(e);
+        }
+        self.commands.recorded.insert((n, n_out), cb);
+        Ok(cb)
+    }
+
+    fn record_ops(&mut self, cb: vk::CommandBuffer, ops: &[Op], n: usize, n_out: usize) -> Result<(), DeviceError> {
+        let hp = self.graph.hparams.clone();
+        let pl = self.param_layout;
+        let (p_tokens, p_pos, p_seq, p_rows, p_toff, p_tables, p_header) =
+            (self.param_addr(pl.tokens), self.param_addr(pl.positions), self.param_addr(pl.seq_of_token), self.param_addr(pl.output_rows), self.param_addr(pl.table_offsets), self.param_addr(pl.tables), self.param_addr(0));
+        let rows_of = |g: &ForwardGraph, b: BufId| match g.buffer(b).rows {
+            Rows::Tokens => n,
+            Rows::Outputs => n_out,
+        };
+        let device = self.ctx.device.clone();
+        let (graph, weights, bufs, kv, ctx) = (&self.graph, &self.weights, &self.bufs, &self.kv, &self.ctx);
+        let (partial, rope_table, block_size, rounded) = (self.partial, self.rope_table, self.opts.block_size, self.rounded);
+        let addr_of = |id: BufId| bufs[id.0 as usize].address;
+        let params_buffer = self.params.buffer;
+        let mut rec = Recorder { device: &device, cb, pipelines: &mut self.pipelines };
+        for op in ops {
+            match op {
+                Op::Embed { table, out } => {
+                    let w = weights[table.0 as usize].ok_or_else(|| unsupported(ctx, "embedding table not uploaded".into()))?;
+                    let width = graph.buffer(*out).width;
+                    let push = Push::new().addr(w.address).addr(w.aux()).addr(p_tokens).addr(bufs[out.0 as usize].address).u32(w.cols as u32).u32(width as u32);
+                    rec.dispatch(Kernel::Embed(w.layout.format), &push, [n as u32, 1, 1])?;
+                }
+                Op::RmsNorm { input, weight, out } => {
+                    let rows = rows_of(graph, *input);
+                    let width = graph.buffer(*input).width as u32;
+                    let w = weights[weight.0 as usize].map_or(0, |w| w.address);
+                    let push = Push::new().addr(addr_of(*input)).addr(w).addr(addr_of(*out)).u32(width).u32(1).u32(width).u32(graph.buffer(*out).width as u32).f32(hp.rms_eps);
+                    rec.dispatch(Kernel::RmsNorm, &push, [rows as u32, 1, 1])?;
+                }
+                Op::HeadNorm { buf, weight, n_heads } => {
+                    let width = graph.buffer(*buf).width as u32;
+                    let w = weights[weight.0 as usize].map_or(0, |w| w.address);
+                    let push = Push::new().addr(addr_of(*buf)).addr(w).addr(addr_of(*buf)).u32(hp.head_dim as u32).u32(*n_heads as u32).u32(width).u32(width).f32(hp.rms_eps);
+                    rec.dispatch(Kernel::RmsNorm, &push, [(n * n_heads) as u32, 1, 1])?;
+                }
+                Op::MatMul { input, outputs } => {
+                    let rows_in = rows_of(graph, *input);
+                    let x_stride = graph.buffer(*input).width as u32;
+                    // Round the input once per rounding its projections need, as the CPU does.
+                    let mut roundings: Vec<ActRounding> = outputs.iter().filter_map(|p| weights[p.weight.0 as usize].and_then(|w| ActRounding::for_format(w.layout.format))).collect();
+                    roundings.dedup();
+                    for r in &roundings {
+                        let cols = graph.buffer(*input).width;
+                        let blocks = rows_in * cols / r.block();
+                        let push = Push::new().addr(addr_of(*input)).addr(rounded[*r as usize].address).u32(cols as u32).u32(x_stride).u32(rows_in as u32);
+                        rec.dispatch(Kernel::QuantizeAct(*r), &push, [blocks.div_ceil(64) as u32, 1, 1])?;
+                    }
+                    if !roundings.is_empty() {
+                        rec.barrier();
+                    }
+                    for p in outputs {
+                        let w = weights[p.weight.0 as usize].ok_or_else(|| unsupported(ctx, "weight not uploaded".into()))?;
+                        let bias = p.bias.and_then(|b| weights[b.0 as usize]).map_or(0, |b| b.address);
+                        let x = ActRounding::for_format(w.layout.format).map_or(addr_of(*input), |r| rounded[r as usize].address);
+                        let push = Push::new()
+                            .addr(w.address)
+                            .addr(w.aux())
+                            .addr(x)
+                            .addr(addr_of(p.out))
+                            .addr(bias)
+                            .u32(w.rows as u32)
+                            .u32(w.cols as u32)
+                            .u32(rows_in as u32)
+                            .u32(x_stride)
+                            .u32(graph.buffer(p.out).width as u32);
+                        if rows_in <= MATVEC_MAX_TOKENS {
+                            let groups = [w.rows.div_ceil(MATVEC_ROWS_PER_GROUP) as u32, rows_in.div_ceil(MATVEC_TOKENS_PER_GROUP) as u32, 1];
+                            rec.dispatch(Kernel::MatVec(w.layout.format), &push, groups)?;
+                        } else {
+                            rec.dispatch(Kernel::MatMul(w.layout.format), &push, [w.rows.div_ceil(64) as u32, rows_in.div_ceil(64) as u32, 1])?;
+                        }
+                    }
+                }
+                Op::Rope { buf, n_heads } => {
+                    let half = hp.rope_dims / 2;
+                    let total = n * n_heads * half;
+                    let push = Push::new()
+                        .addr(addr_of(*buf))
+                        .addr(rope_table.address)
+                        .addr(p_pos)
+                        .u32(graph.buffer(*buf).width as u32)
+                        .u32(*n_heads as u32)
+                        .u32(hp.head_dim as u32)
+                        .u32(half as u32)
+                        .u32(u32::from(graph.rope_style == RopeStyle::Neox))
+                        .u32(n as u32);
+                    rec.dispatch(Kernel::Rope, &push, [total.div_ceil(64) as u32, 1, 1])?;
+                }
+                Op::StoreKv { layer, k, v } => {
+                    let (kc, stride) = kv.tensor_address(*layer as u32, false).ok_or_else(|| unsupported(ctx, format!("no K tensor for layer {layer}")))?;
+                    let (vc, _) = kv.tensor_address(*layer as u32, true).ok_or_else(|| unsupported(ctx, format!("no V tensor for layer {layer}")))?;
+                    let width = hp.kv_width();
+                    let push = Push::new()
+                        .addr(addr_of(*k))
+                        .addr(addr_of(*v))
+                        .addr(kc)
+                        .addr(vc)
+                        .addr(p_pos)
+                        .addr(p_seq)
+                        .addr(p_toff)
+                        .addr(p_tables)
+                        .u32(width as u32)
+                        .u32((stride / 2) as u32)
+                        .u32(block_size as u32)
+                        .u32(n as u32);
+                    rec.dispatch(Kernel::StoreKv, &push, [(n * width).div_ceil(64) as u32, 1, 1])?;
+                }
+                Op::Attention { layer, q, out } => {
+                    let (kc, stride) = kv.tensor_address(*layer as u32, false).ok_or_else(|| unsupported(ctx, format!("no K tensor for layer {layer}")))?;
+                    let (vc, _) = kv.tensor_address(*layer as u32, true).ok_or_else(|| unsupported(ctx, format!("no V tensor for layer {layer}")))?;
+                    let q_stride = graph.buffer(*q).width as u32;
+                    let push = Push::new()
+                        .addr(addr_of(*q))
+                        .addr(partial.address)
+                        .addr(kc)
+                        .addr(vc)
+                        .addr(p_pos)
+                        .addr(p_seq)
+                        .addr(p_toff)
+                        .addr(p_tables)
+                        .addr(p_header)
+                        .u32(hp.n_heads as u32)
+                        .u32(hp.n_kv_heads as u32)
+                        .u32(hp.head_dim as u32)
+                        .u32(q_stride)
+                        .u32((stride / 2) as u32)
+                        .u32(block_size as u32)
+                        .f32(graph.attention_scale);
+                    rec.dispatch_indirect(Kernel::Attention, &push, params_buffer, (HEADER_ATTENTION_ARGS * 4) as u64)?;
+                    rec.barrier();
+                    let push = Push::new().addr(partial.address).addr(addr_of(*out)).addr(p_header).u32(hp.n_heads as u32).u32(hp.head_dim as u32).u32(graph.buffer(*out).width as u32);
+                    rec.dispatch(Kernel::AttentionCombine, &push, [hp.n_heads as u32, n as u32, 1])?;
+                }
+                Op::SwiGlu { gate, up, out } => {
+                    let count = (n * graph.buffer(*out).width) as u32;
+                    let push = Push::new().addr(addr_of(*gate)).addr(addr_of(*up)).addr(addr_of(*out)).u32(count);
+                    rec.dispatch(Kernel::SwiGlu, &push, [count.div_ceil(256), 1, 1])?;
+                }
+                Op::Add { acc, other } => {
+                    let count = (rows_of(graph, *acc) * graph.buffer(*acc).width) as u32;
+                    let push = Push::new().addr(addr_of(*acc)).addr(addr_of(*other)).u32(count);
+                    rec.dispatch(Kernel::Add, &push, [count.div_ceil(256), 1, 1])?;
+                }
+                Op::SelectRows { input, out } => {
+                    let push = Push::new().addr(addr_of(*input)).addr(addr_of(*out)).addr(p_rows).u32(graph.buffer(*input).width as u32);
+                    rec.dispatch(Kernel::SelectRows, &push, [n_out as u32, 1, 1])?;
+                }
+            }
+            rec.barrier();
+        }
+        let logits = &bufs[graph.logits.0 as usize];
+        let bytes = (n_out * hp.vocab_size * 4) as u64;
+        rec.copy_to_host(self.arena.buffer(logits), logits.offset, self.readback.buffer, bytes);
+        Ok(())
+    }
+}
+
+/// The mapped parameter bytes as u32 words (the buffer is allocated in whole words and mapped at
+/// an address aligned for any type).
+fn bytemuck_words(bytes: &mut [u8]) -> &mut [u32] {
+    let (head, words, _) = {
+        // SAFETY: u32 has no invalid bit patterns; align_to_mut returns only the aligned middle.
+        unsafe { bytes.align_to_mut::<u32>() }
+    };
+    debug_assert!(head.is_empty(), "mapped memory is aligned");
+    words
+}
+
+impl ForwardPlan for VulkanPlan {
+    fn forward(&mut self, b: &StepBatch<'_>) -> Result<&[f32], DeviceError> {
+        let limits = BatchLimits {
+            max_tokens: self.opts.max_batch_tokens,
+            max_outputs: self.opts.max_outputs,
+            vocab_size: self.graph.hparams.vocab_size,
+            block_size: self.opts.block_size,
+            n_blocks: self.kv.layout.params.n_blocks() as usize,
+        };
+        limits.check(b)?;
+        self.write_params(b)?;
+        let (n, n_out) = (b.len(), b.output_rows.len());
+        let cb = self.record(n, n_out)?;
+        submit_and_wait(&self.ctx, cb, self.commands.fence)?;
+        let vocab = self.graph.hparams.vocab_size;
+        let bytes = self.readback.mapped().ok_or_else(|| unsupported(&self.ctx, "the readback buffer is not mapped".into()))?;
+        self.logits.clear();
+        self.logits.extend(bytes[..n_out * vocab * 4].chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])));
+        Ok(&self.logits)
+    }
+
+    fn device_name(&self) -> String {
+        self.ctx.name()
+    }
+
+    fn max_batch_tokens(&self) -> usize {
+        self.opts.max_batch_tokens
+    }
+}

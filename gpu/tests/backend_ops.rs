@@ -1,0 +1,299 @@
+//! Every op of the forward graph, on every device present (the CPU, and each usable Vulkan device:
+//! Mesa's lavapipe in CI), against a float64 reference, with random inputs of awkward sizes (not
+//! multiples of the workgroups). A device is compared by normalized mean squared error with a
+//! threshold per weight type: the CPU multiplies 8-bit-quantized activations, Vulkan multiplies
+//! f32 activations.
+//!
+//! Set `STRATA_REQUIRE_VULKAN=1` (CI does) to fail when no Vulkan device is found instead of
+//! checking the CPU alone.
+
+use std::sync::Arc;
+
+use rand::{Rng, SeedableRng};
+use strata_gpu::backend_ops::{AttentionArgs, CpuOps, OpBackend};
+use strata_gpu::kv_memory::HostKvMemory;
+use strata_gpu::vulkan::{ops::VulkanOps, VulkanContext};
+use strata_kv::{KvDtype, KvLayout, KvShape, LayoutParams};
+use strata_model::RopeStyle;
+use strata_quant::{GgmlType, Kernels};
+
+fn require_vulkan() -> bool {
+    std::env::var("STRATA_REQUIRE_VULKAN").is_ok_and(|v| v == "1")
+}
+
+fn backends() -> Vec<Box<dyn OpBackend>> {
+    let mut v: Vec<Box<dyn OpBackend>> = vec![Box::new(CpuOps::new(Kernels::best()))];
+    let devices = strata_gpu::vulkan::list_devices().unwrap_or_default();
+    for d in devices.iter().filter(|d| d.usable) {
+        let ctx = VulkanContext::new(d.index).expect("a listed Vulkan device opens");
+        v.push(Box::new(VulkanOps::new(&ctx).expect("ops")));
+    }
+    if require_vulkan() {
+        assert!(v.len() > 1, "STRATA_REQUIRE_VULKAN=1 but no usable Vulkan device was found: {devices:?}");
+    }
+    v
+}
+
+fn nmse(got: &[f32], want: &[f64]) -> f64 {
+    assert_eq!(got.len(), want.len(), "output length");
+    let err: f64 = got.iter().zip(want).map(|(&g, &w)| (g as f64 - w).powi(2)).sum();
+    let norm: f64 = want.iter().map(|w| w * w).sum();
+    err / norm.max(1e-30)
+}
+
+fn random(rng: &mut rand::rngs::StdRng, n: usize, scale: f32) -> Vec<f32> {
+    (0..n).map(|_| rng.gen_range(-1.0f32..1.0) * scale).collect()
+}
+
+fn quantized(ty: GgmlType, vals: &[f32], cols: usize) -> (Vec<u8>, Vec<f32>) {
+    let rows = vals.len() / cols;
+    let bytes = ty.row_bytes(cols as u64).expect("row bytes") as usize * rows;
+    let mut q = vec![0u8; bytes];
+    strata_quant::quantize(ty, vals, &mut q).expect("quantize");
+    let mut deq = vec![0f32; vals.len()];
+    strata_quant::dequantize(ty, &q, &mut deq).expect("dequantize");
+    (q, deq)
+}
+
+/// NMSE bound of a product with a weight of `ty`, for `device`.
+fn matmul_threshold(ty: GgmlType, device: &str) -> f64 {
+    if device != "cpu" {
+        return 1e-9;
+    }
+    match ty {
+        GgmlType::F32 | GgmlType::F16 => 1e-6,
+        // 8-bit activations (Q8_0 / Q8_K) on the CPU.
+        _ => 2e-4,
+    }
+}
+
+const TYPES: [GgmlType; 7] = [GgmlType::F32, GgmlType::F16, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K];
+
+#[test]
+fn matmul_every_type_every_token_count() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    let mut backends = backends();
+    for ty in TYPES {
+        // 256-element super-blocks: 3 per row; 32-element blocks: 4 per row (fewer than a team).
+        let cols = if ty.block_elems() == 256 { 768 } else { 128 };
+        let rows = 67;
+        let (wq, wd) = quantized(ty, &random(&mut rng, rows * cols, 1.0), cols);
+        for n in [1usize, 3, 5, 8, 13, 70] {
+            let x = random(&mut rng, n * cols, 1.0);
+            let want: Vec<f64> = (0..n).flat_map(|t| (0..rows).map(move |r| (t, r))).map(|(t, r)| (0..cols).map(|c| wd[r * cols + c] as f64 * x[t * cols + c] as f64).sum()).collect();
+            for b in backends.iter_mut() {
+                let got = b.matmul(ty, &wq, rows, cols, &x, n).unwrap_or_else(|e| panic!("{} matmul {ty}: {e}", b.name()));
+                let e = nmse(&got, &want);
+                assert!(e < matmul_threshold(ty, &b.name()), "{} matmul {ty} {rows}x{cols} n={n}: nmse {e:e}", b.name());
+            }
+        }
+    }
+}
+
+#[test]
+fn matmul_float_rows_of_any_width() {
+    // F32 and F16 rows need not be a multiple of 32 elements.
+    let mut rng = rand::rngs::StdRng::seed_from_u64(12);
+    let mut backends = backends();
+    for ty in [GgmlType::F32, GgmlType::F16] {
+        let (rows, cols) = (19usize, 45usize);
+        let (wq, wd) = quantized(ty, &random(&mut rng, rows * cols, 1.0), cols);
+        for n in [2usize, 9] {
+            let x = random(&mut rng, n * cols, 1.0);
+            let want: Vec<f64> = (0..n).flat_map(|t| (0..rows).map(move |r| (t, r))).map(|(t, r)| (0..cols).map(|c| wd[r * cols + c] as f64 * x[t * cols + c] as f64).sum()).collect();
+            for b in backends.iter_mut() {
+                if b.name() == "cpu" {
+                    continue; // the CPU kernels take whole 32-element blocks
+                }
+                let got = b.matmul(ty, &wq, rows, cols, &x, n).expect("matmul");
+                assert!(nmse(&got, &want) < 1e-9, "{} matmul {ty} {rows}x{cols} n={n}", b.name());
+            }
+        }
+    }
+}
+
+#[test]
+fn embedding_rows_every_type() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(8);
+    let mut backends = backends();
+    for ty in TYPES {
+        let cols = if ty.block_elems() == 256 { 512 } else { 160 };
+        let rows = 37;
+        let (q, deq) = quantized(ty, &random(&mut rng, rows * cols, 2.0), cols);
+        let tokens = [0u32, 36, 5, 5, 17];
+        let want: Vec<f64> = tokens.iter().flat_map(|&t| deq[t as usize * cols..(t as usize + 1) * cols].iter().map(|&v| v as f64)).collect();
+        for b in backends.iter_mut() {
+            let got = b.embed(ty, &q, rows, cols, &tokens).expect("embed");
+            assert!(nmse(&got, &want) < 1e-12, "{} embed {ty}", b.name());
+        }
+    }
+}
+
+#[test]
+fn elementwise_ops() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(9);
+    let mut backends = backends();
+    let (n, d) = (7usize, 333usize);
+    let x = random(&mut rng, n * d, 3.0);
+    let w = random(&mut rng, d, 1.0);
+    let eps = 1e-5f32;
+    let want_norm: Vec<f64> = x
+        .chunks(d)
+        .flat_map(|r| {
+            let ms = r.iter().map(|&v| (v as f64).powi(2)).sum::<f64>() / d as f64;
+            let s = 1.0 / (ms + eps as f64).sqrt();
+            r.iter().zip(&w).map(move |(&v, &g)| v as f64 * s * g as f64).collect::<Vec<_>>()
+        })
+        .collect();
+    let up = random(&mut rng, n * d, 2.0);
+    let want_swiglu: Vec<f64> = x.iter().zip(&up).map(|(&g, &u)| g as f64 / (1.0 + (-(g as f64)).exp()) * u as f64).collect();
+    let want_add: Vec<f64> = x.iter().zip(&up).map(|(&a, &b)| a as f64 + b as f64).collect();
+    for b in backends.iter_mut() {
+        assert!(nmse(&b.rms_norm(&x, &w, eps).expect("rms_norm"), &want_norm) < 1e-10, "{} rms_norm", b.name());
+        assert!(nmse(&b.swiglu(&x, &up).expect("swiglu"), &want_swiglu) < 1e-10, "{} swiglu", b.name());
+        assert!(nmse(&b.add(&x, &up).expect("add"), &want_add) < 1e-12, "{} add", b.name());
+    }
+}
+
+#[test]
+fn rope_both_styles_and_partial_rotation() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(10);
+    let mut backends = backends();
+    for (style, head_dim, rope_dims) in [(RopeStyle::Normal, 64, 64), (RopeStyle::Neox, 128, 128), (RopeStyle::Neox, 96, 64)] {
+        let (n, heads) = (5usize, 3usize);
+        let x = random(&mut rng, n * heads * head_dim, 1.0);
+        let positions = [0u32, 1, 17, 300, 4095];
+        let base = 10000.0f32;
+        let mut want: Vec<f64> = x.iter().map(|&v| v as f64).collect();
+        let half = rope_dims / 2;
+        for (t, &p) in positions.iter().enumerate() {
+            for h in 0..heads {
+                for i in 0..half {
+                    let theta = p as f64 * (base as f64).powf(-2.0 * i as f64 / rope_dims as f64);
+                    let s = t * heads * head_dim + h * head_dim;
+                    let (ia, ib) = if style == RopeStyle::Neox { (s + i, s + i + half) } else { (s + 2 * i, s + 2 * i + 1) };
+                    let (a, b) = (x[ia] as f64, x[ib] as f64);
+                    want[ia] = a * theta.cos() - b * theta.sin();
+                    want[ib] = a * theta.sin() + b * theta.cos();
+                }
+            }
+        }
+        for b in backends.iter_mut() {
+            let got = b.rope(&x, heads, head_dim, rope_dims, base, &positions, style).expect("rope");
+            // f32 angles at position 4095 carry ~1e-4 relative error on every device alike.
+            let e = nmse(&got, &want);
+            assert!(e < 1e-7, "{} rope {style:?} {head_dim}/{rope_dims}: {e:e}", b.name());
+        }
+    }
+}
+
+fn kv_arena(n_layers: u32, n_kv_heads: u32, head_dim: u32, n_cells: u64, block: u32) -> Arc<HostKvMemory> {
+    let shape = KvShape { n_layers, n_kv_heads, head_dim, dtype: KvDtype::F16 };
+    let mut p = LayoutParams::new(shape, n_cells);
+    p.block_size = block;
+    // One tensor per chunk: several chunks.
+    p.chunk_limit_bytes = (n_cells * (n_kv_heads * head_dim * 2) as u64).next_multiple_of(4096);
+    Arc::new(HostKvMemory::allocate_for(&KvLayout::compute(&p).expect("layout")).expect("allocate"))
+}
+
+/// Writes random K/V values for `cells` of `layer` from the host, as the CPU device does.
+fn fill_kv(kv: &HostKvMemory, layer: usize, width: usize, cells: u64, rng: &mut rand::rngs::StdRng) {
+    for cell in 0..cells {
+        for v in [false, true] {
+            // SAFETY: cell < n_cells; no device is running on this arena now.
+            let row = unsafe { std::slice::from_raw_parts_mut(kv.row_ptr(layer, v, cell) as *mut half::f16, width) };
+            for x in row.iter_mut() {
+                *x = half::f16::from_f32(rng.gen_range(-1.0f32..1.0));
+            }
+        }
+    }
+}
+
+fn reference_attention(kv: &HostKvMemory, a: &AttentionArgs<'_>) -> Vec<f64> {
+    let (hd, group) = (a.head_dim, a.n_heads / a.n_kv_heads);
+    let qw = a.n_heads * hd;
+    let mut out = vec![0f64; a.positions.len() * qw];
+    for t in 0..a.positions.len() {
+        let table = a.block_tables[a.seq_of_token[t] as usize];
+        let len = a.positions[t] as usize + 1;
+        for h in 0..a.n_heads {
+            let col = (h / group) * hd;
+            let row = |v: bool, j: usize| -> Vec<f64> {
+                let cell = (table[j / a.block_size] as usize * a.block_size + j % a.block_size) as u64;
+                // SAFETY: the cell is in the arena; nothing writes it now.
+                let r = unsafe { std::slice::from_raw_parts((kv.row_ptr(a.layer, v, cell) as *const half::f16).add(col), hd) };
+                r.iter().map(|x| x.to_f64()).collect()
+            };
+            let q = &a.q[t * qw + h * hd..t * qw + (h + 1) * hd];
+            let scores: Vec<f64> = (0..len).map(|j| row(false, j).iter().zip(q).map(|(k, &q)| k * q as f64).sum::<f64>() * a.scale as f64).collect();
+            let m = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let e: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
+            let sum: f64 = e.iter().sum();
+            for (j, p) in e.iter().enumerate() {
+                for (d, v) in row(true, j).iter().enumerate() {
+                    out[t * qw + h * hd + d] += p / sum * v;
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn attention_over_block_tables_and_zero_copy_import() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+    let mut backends = backends();
+    // GQA 7:1 (Qwen2.5-7B's ratio) with head_dim 64, and 3:1 with head_dim 128.
+    for (n_heads, n_kv_heads, hd) in [(14usize, 2usize, 64usize), (6, 2, 128)] {
+        let block = 16usize;
+        let kv = kv_arena(2, n_kv_heads as u32, hd as u32, 1024, block as u32);
+        let width = n_kv_heads * hd;
+        fill_kv(&kv, 1, width, 1024, &mut rng);
+        // Two sequences with scattered blocks; tokens at the start, in the middle and deep in.
+        let t0: Vec<u32> = (0..40).map(|i| (i * 7 + 3) % 64).collect();
+        let t1: Vec<u32> = (0..20).map(|i| 63 - i).collect();
+        let tables: Vec<&[u32]> = vec![&t0, &t1];
+        let positions = [0u32, 5, 16, 299, 639, 1, 319, 200];
+        let seq_of_token = [0u32, 0, 0, 0, 0, 1, 1, 1];
+        let q = random(&mut rng, positions.len() * n_heads * hd, 1.0);
+        let args = AttentionArgs { layer: 1, q: &q, n_heads, n_kv_heads, head_dim: hd, positions: &positions, seq_of_token: &seq_of_token, block_tables: &tables, block_size: block, scale: 1.0 / (hd as f32).sqrt() };
+        let want = reference_attention(&kv, &args);
+        for b in backends.iter_mut() {
+            let got = b.attention(&kv, &args).expect("attention");
+            // The CPU rounds the query and the weights to f16 as ggml does.
+            let bound = if b.name() == "cpu" { 1e-5 } else { 1e-9 };
+            let e = nmse(&got, &want);
+            assert!(e < bound, "{} attention {n_heads}/{n_kv_heads}x{hd}: nmse {e:e}", b.name());
+        }
+        // Zero copy: overwrite the arena from the host after the devices imported it; each device
+        // must read the new values in place.
+        fill_kv(&kv, 1, width, 1024, &mut rng);
+        let want = reference_attention(&kv, &args);
+        for b in backends.iter_mut() {
+            let got = b.attention(&kv, &args).expect("attention");
+            let bound = if b.name() == "cpu" { 1e-5 } else { 1e-9 };
+            assert!(nmse(&got, &want) < bound, "{} reads the arena in place after host writes", b.name());
+        }
+    }
+}
+
+#[test]
+fn vulkan_imports_the_host_arena_itself() {
+    let devices = strata_gpu::vulkan::list_devices().unwrap_or_default();
+    let Some(d) = devices.iter().find(|d| d.usable) else {
+        assert!(!require_vulkan(), "no Vulkan device");
+        return;
+    };
+    let ctx = VulkanContext::new(d.index).expect("open");
+    let mut ops = VulkanOps::new(&ctx).expect("ops");
+    let kv = kv_arena(2, 2, 64, 512, 16);
+    ops.imported(&kv).expect("import");
+    let origins = ops.import_origins(&kv).expect("imported");
+    let export = kv.export().expect("export");
+    let strata_gpu::kv_memory::KvExport::Host { chunks, .. } = export else { panic!("host export") };
+    assert!(chunks.len() > 1, "several chunks");
+    assert_eq!(origins.len(), chunks.len());
+    for (o, (ptr, _)) in origins.iter().zip(&chunks) {
+        assert_eq!(*o, strata_gpu::vulkan::memory::Origin::HostPointer(*ptr), "each Vulkan buffer is the host chunk itself");
+    }
+}
