@@ -297,3 +297,39 @@ fn vulkan_imports_the_host_arena_itself() {
         assert_eq!(*o, strata_gpu::vulkan::memory::Origin::HostPointer(*ptr), "each Vulkan buffer is the host chunk itself");
     }
 }
+
+#[test]
+fn vulkan_rounds_activations_exactly_as_the_cpu_quantizes_them() {
+    use strata_gpu::vulkan::kernels::ActRounding;
+    let devices = strata_gpu::vulkan::list_devices().unwrap_or_default();
+    let Some(d) = devices.iter().find(|d| d.usable) else {
+        assert!(!require_vulkan(), "no Vulkan device");
+        return;
+    };
+    let ctx = VulkanContext::new(d.index).expect("open");
+    let mut ops = VulkanOps::new(&ctx).expect("ops");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(13);
+    let kernels = Kernels::best();
+    for (rounding, weight_ty, cols) in [(ActRounding::Q8_0, GgmlType::Q4_0, 96usize), (ActRounding::Q8_0, GgmlType::Q4_1, 896), (ActRounding::Q8_K, GgmlType::Q4_K, 768)] {
+        let rows = 5;
+        let mut x = random(&mut rng, rows * cols, 4.0);
+        x[3] = 0.0;
+        x[cols..cols + 32].iter_mut().for_each(|v| *v = 0.0); // an all-zero block
+        x[2 * cols + 7] = -9.0; // ties of the maximum magnitude with both signs
+        x[2 * cols + 9] = 9.0;
+        // The same rounded values; only the scale may differ in its last bit (a shader's division
+        // need not be correctly rounded).
+        let got = ops.round_activations(rounding, &x, cols).expect("round");
+        let act = Kernels::activation_type(weight_ty);
+        let rb = strata_quant::activation_row_bytes(weight_ty, cols);
+        for r in 0..rows {
+            let mut q = vec![0u8; rb];
+            kernels.quantize_activations(weight_ty, &x[r * cols..(r + 1) * cols], &mut q).expect("quantize");
+            let mut want = vec![0f32; cols];
+            strata_quant::dequantize(act, &q, &mut want).expect("dequantize");
+            for c in 0..cols {
+                assert!((got[r * cols + c] - want[c]).abs() <= 1e-6 * want[c].abs(), "{rounding:?} row {r} col {c}: {} vs {}", got[r * cols + c], want[c]);
+            }
+        }
+    }
+}

@@ -36,11 +36,26 @@ pub struct BenchArgs {
     /// Weight type for the matrix-rate measurement (default: the model's main matrix type).
     #[arg(long)]
     matrix_type: Option<String>,
+    /// The device for both phases (`cpu`, `vulkan:N`); default: the configuration's devices.
+    #[arg(long)]
+    device: Option<String>,
+    /// Context depths for the generation tests (comma-separated): each `tg` test first fills the
+    /// context with this many prompt tokens (llama-bench's `-d`). Default: an empty context.
+    #[arg(short = 'd', long, value_delimiter = ',')]
+    depth: Vec<usize>,
+    /// Batched decode tests: this many sequences decode together (comma-separated), each after a
+    /// prompt of the first depth (or 128 tokens), for the first generation length's steps.
+    #[arg(long, value_delimiter = ',')]
+    batch: Vec<usize>,
 }
 
 struct Row {
     test: String,
     tokens: usize,
+    /// Mean context length during the test (for the KV bytes a decode step reads).
+    context: usize,
+    /// Sequences decoded together.
+    batch: usize,
     rates: Vec<f64>,
 }
 
@@ -152,12 +167,24 @@ pub fn run(config_path: Option<&Path>, args: BenchArgs) -> Result<ExitCode> {
     if args.threads > 0 {
         config.model.threads = args.threads;
     }
+    if let Some(d) = &args.device {
+        let spec: strata_config::DeviceSpec = d.parse().map_err(|e| anyhow::anyhow!("--device {d}: {e}"))?;
+        config.devices.prefill = spec;
+        config.devices.decode = spec;
+    }
     let reps = args.reps.max(1);
     let model = super::load_model(&config.model.path)?;
-    let longest = args.prompt.iter().chain(&args.gen).copied().max().unwrap_or(1) + 1;
-    config.kv.max_context = longest.max(config.kv.max_context.min(longest));
-    config.kv.cells = longest.div_ceil(config.kv.block_size) * config.kv.block_size;
-    let mut engine = super::build_engine(&config, model.clone(), true)?;
+    let depths: Vec<usize> = if args.depth.is_empty() { vec![0] } else { args.depth.clone() };
+    let max_gen = args.gen.iter().copied().max().unwrap_or(0);
+    let longest = args.prompt.iter().copied().max().unwrap_or(1).max(depths.iter().max().unwrap_or(&0) + max_gen) + 1;
+    let batch_prompt = if args.depth.is_empty() { 128 } else { depths[0].max(1) };
+    let batch_gen = args.gen.first().copied().unwrap_or(128);
+    let max_batch = args.batch.iter().copied().max().unwrap_or(1);
+    let batch_cells = max_batch * (batch_prompt + batch_gen + config.kv.block_size);
+    config.kv.max_context = longest.max(batch_prompt + batch_gen + 1);
+    config.kv.cells = longest.max(batch_cells).div_ceil(config.kv.block_size) * config.kv.block_size;
+    config.batching.max_seqs = config.batching.max_seqs.max(max_batch);
+    let mut engine = super::build_engine(&config, model.clone(), args.batch.is_empty())?;
     let threads = config.model.compute_threads();
     let vocab = model.hparams.vocab_size as u64;
     let mut rng = Rng::new(42);
@@ -171,32 +198,60 @@ pub fn run(config_path: Option<&Path>, args: BenchArgs) -> Result<ExitCode> {
             let (ms, _) = engine.bench(&random_tokens(p), 0)?;
             rates.push(p as f64 * 1000.0 / ms);
         }
-        rows.push(Row { test: format!("pp{p}"), tokens: p, rates });
+        rows.push(Row { test: format!("pp{p}"), tokens: p, context: p / 2, batch: 1, rates });
     }
-    for &n in &args.gen {
+    for &d in &depths {
+        for &n in &args.gen {
+            let mut rates = Vec::new();
+            for _ in 0..reps {
+                let (_, ms) = engine.bench(&random_tokens(d.max(1)), n)?;
+                rates.push(n as f64 * 1000.0 / ms);
+            }
+            let test = if d == 0 { format!("tg{n}") } else { format!("tg{n} @ d{d}") };
+            rows.push(Row { test, tokens: n, context: d + n / 2, batch: 1, rates });
+        }
+    }
+    for &b in &args.batch {
         let mut rates = Vec::new();
         for _ in 0..reps {
-            let (_, ms) = engine.bench(&random_tokens(1), n)?;
-            rates.push(n as f64 * 1000.0 / ms);
+            let prompts: Vec<Vec<u32>> = (0..b).map(|_| random_tokens(batch_prompt)).collect();
+            let ms = engine.bench_batched(&prompts, batch_gen)?;
+            rates.push((b * batch_gen) as f64 * 1000.0 / ms);
         }
-        rows.push(Row { test: format!("tg{n}"), tokens: n, rates });
+        rows.push(Row { test: format!("tg{batch_gen} x{b} @ d{batch_prompt}"), tokens: batch_gen, context: batch_prompt + batch_gen / 2, batch: b, rates });
     }
-    let bandwidth = measure_read_bandwidth(threads);
+    let decode_device = engine.decode_device_name();
+    let bandwidth = match decode_device.strip_prefix("vulkan:").and_then(|i| i.parse::<u32>().ok()) {
+        Some(i) => strata_gpu::vulkan::VulkanContext::new(i).and_then(|ctx| strata_gpu::vulkan::measure_read_bandwidth(&ctx)).unwrap_or_else(|e| {
+            eprintln!("device bandwidth not measured: {e}");
+            0.0
+        }),
+        None => measure_read_bandwidth(threads),
+    };
     let matrix_type = match &args.matrix_type {
         Some(name) => GgmlType::from_name(name).with_context(|| format!("unknown --matrix-type {name}"))?,
         None => main_matrix_type(&model.weights),
     };
-    // The CPU device's own kernel; a GPU device measures its matrix rate on its own queue.
-    let matrix_rate = measure_matrix_rate(matrix_type, threads).unwrap_or_else(|e| {
-        eprintln!("matrix rate not measured: {e:#}");
+    // The CPU device's own kernel; a GPU's matrix rate is not measured yet.
+    let matrix_rate = if engine.prefill_device_name() == "cpu" {
+        measure_matrix_rate(matrix_type, threads).unwrap_or_else(|e| {
+            eprintln!("matrix rate not measured: {e:#}");
+            0.0
+        })
+    } else {
         0.0
-    });
+    };
     // Bytes a decode step reads: every weight but the embedding table (one row is gathered),
     // plus the table again when it doubles as the output projection.
     let w = &model.weights;
     let bytes_per_token = w.total_bytes() - w.token_embd.bytes + if w.tied_embeddings { w.token_embd.bytes } else { 0 };
+    // K and V (f16) of every layer at each cell of the context, read once per generated token.
+    let hp = &model.hparams;
+    let kv_bytes_per_cell = (2 * hp.n_layers * hp.kv_width() * 2) as u64;
+    // A step of `b` sequences reads the weights once and each sequence's cells.
+    let step_bytes = |r: &Row| bytes_per_token + r.batch as u64 * r.context as u64 * kv_bytes_per_cell;
     println!("model: {} ({}), {:.1} MiB; device: {}; threads: {threads}", model.name, model.path.display(), w.total_bytes() as f64 / 1048576.0, engine.device_name());
-    println!("memory read bandwidth: {:.1} GB/s; bytes read per generated token: {:.1} MB", bandwidth / 1e9, bytes_per_token as f64 / 1e6);
+    println!("memory read bandwidth ({decode_device}): {:.1} GB/s; weight bytes read per decode step: {:.1} MB, plus {:.1} KB of KV per cell of context", bandwidth / 1e9, bytes_per_token as f64 / 1e6, kv_bytes_per_cell as f64 / 1e3);
     println!(
         "matrix rate: {:.1} GFLOP/s ({} weights x {} activations, {:?} kernels); FLOPs per prompt token: {:.1} M (pp{})",
         matrix_rate / 1e9,
@@ -213,7 +268,8 @@ pub fn run(config_path: Option<&Path>, args: BenchArgs) -> Result<ExitCode> {
     for r in &rows {
         let (mean, sd) = mean_sd(&r.rates);
         let share = if r.test.starts_with("tg") {
-            (bandwidth > 0.0).then(|| mean * bytes_per_token as f64 / bandwidth)
+            // Steps per second times bytes per step.
+            (bandwidth > 0.0).then(|| mean / r.batch as f64 * step_bytes(r) as f64 / bandwidth)
         } else {
             (matrix_rate > 0.0).then(|| mean * prefill_flops_per_token(&model, r.tokens) / matrix_rate)
         };
@@ -223,7 +279,7 @@ pub fn run(config_path: Option<&Path>, args: BenchArgs) -> Result<ExitCode> {
             None => "-".into(),
         };
         println!("| {} | {:.1} | {:.1} | {} |", r.test, mean, sd, roof);
-        let mut row = serde_json::json!({"test": r.test, "tokens": r.tokens, "tokens_per_s": mean, "sd": sd, "samples": r.rates, "roofline_share": share});
+        let mut row = serde_json::json!({"test": r.test, "tokens": r.tokens, "context": r.context, "batch": r.batch, "tokens_per_s": mean, "sd": sd, "samples": r.rates, "roofline_share": share});
         if r.test.starts_with("pp") {
             row["flops_per_token"] = prefill_flops_per_token(&model, r.tokens).into();
         }

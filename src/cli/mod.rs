@@ -1,6 +1,7 @@
 //! The subcommands.
 
 mod bench;
+mod compare;
 mod generate;
 mod inspect;
 mod serve;
@@ -43,6 +44,8 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Write a synthetic model (seeded random weights, valid tokenizer) of a named shape.
     SynthModel(synth::SynthArgs),
+    /// Check a device against the CPU reference: teacher-forced logits, KL and top-1 agreement.
+    CompareDevices(compare::CompareArgs),
 }
 
 /// Runs the command line.
@@ -55,6 +58,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Some(Command::Inspect(args)) => inspect::run(args),
         Some(Command::Bench(args)) => bench::run(cli.config.as_deref(), args),
         Some(Command::SynthModel(args)) => synth::run(args),
+        Some(Command::CompareDevices(args)) => compare::run(args),
         Some(Command::Devices) => {
             println!("{}", strata_gpu::cpu::describe());
             match strata_gpu::vulkan::list_devices() {

@@ -449,6 +449,43 @@ impl Engine {
         result
     }
 
+    /// Batched decode for benchmarks: `prompts.len()` sequences are prefilled one by one, then
+    /// decoded together, `n_gen` steps of one token each (greedy). Returns the decode time in ms.
+    ///
+    /// # Errors
+    /// As [`Engine::step`]; a sequence the arena cannot hold fails the run.
+    pub fn bench_batched(&mut self, prompts: &[Vec<u32>], n_gen: usize) -> Result<f64, EngineError> {
+        let seqs: Vec<SeqId> = prompts.iter().map(|_| self.new_seq()).collect();
+        for (&seq, p) in seqs.iter().zip(prompts) {
+            self.check_prompt(p)?;
+            self.kv.start(seq, &[], Owner::Prefill)?;
+        }
+        let result = (|| {
+            let vocab = self.model.hparams.vocab_size;
+            let mut next = Vec::with_capacity(seqs.len());
+            for (&seq, p) in seqs.iter().zip(prompts) {
+                let logits = self.run_tokens(seq, p, false)?;
+                next.push([strata_model::sampling::argmax(&logits)]);
+            }
+            let t0 = Instant::now();
+            for _ in 0..n_gen {
+                let work: Vec<SeqStep<'_>> = seqs.iter().zip(&next).map(|(&seq, t)| SeqStep { seq, tokens: t, want_logits: true }).collect();
+                let out = self.step(&work)?;
+                if let Some(StepStatus::Deferred | StepStatus::Failed(_)) = out.status.iter().find(|s| !matches!(s, StepStatus::Ran { .. })) {
+                    return Err(EngineError::Device(DeviceError::BadBatch("the KV arena cannot hold every benchmark sequence".into())));
+                }
+                for (i, t) in next.iter_mut().enumerate() {
+                    t[0] = strata_model::sampling::argmax(&out.logits[i * vocab..(i + 1) * vocab]);
+                }
+            }
+            Ok(t0.elapsed().as_secs_f64() * 1e3)
+        })();
+        for &seq in &seqs {
+            self.kv.end(seq, false)?;
+        }
+        result
+    }
+
     /// Starts sequence `seq` for `prompt`, sharing the longest cached prefix; returns the number
     /// of prompt tokens reused.
     ///

@@ -34,6 +34,8 @@ pub struct DeviceInfo {
     pub max_storage_buffer_range: u64,
     pub min_imported_host_alignment: u64,
     pub max_shared_memory_bytes: u32,
+    /// Nanoseconds per timestamp tick.
+    pub timestamp_period_ns: f32,
     /// Whether the features the shaders need are all there (device addresses, 8/16-bit storage,
     /// float16/int8/int16/int64 arithmetic, Vulkan 1.2).
     pub usable: bool,
@@ -132,6 +134,7 @@ fn describe(instance: &ash::Instance, index: u32, pd: vk::PhysicalDevice) -> Res
         max_storage_buffer_range: props.limits.max_storage_buffer_range as u64,
         min_imported_host_alignment: host.min_imported_host_pointer_alignment,
         max_shared_memory_bytes: props.limits.max_compute_shared_memory_size,
+        timestamp_period_ns: props.limits.timestamp_period,
         usable,
     })
 }

@@ -1,7 +1,8 @@
 //! Conversions between GGUF's weight formats and the layouts the Vulkan shaders read
 //! (`shaders/dequant.glsl`): the quants of Q4_0, Q4_1 and Q8_0 blocks move to 16-byte-aligned
 //! arrays so one 128-bit load fetches a block's quants, with the scales in a separate array;
-//! Q4_K and Q6_K super-blocks and F16/F32 rows are read as GGUF stores them. Types without a
+//! Q6_K super-blocks lose their trailing f16 scale to a separate array (so the rest stays 16-byte
+//! aligned); Q4_K super-blocks and F16/F32 rows are read as GGUF stores them. Types without a
 //! shader are widened to F32 at upload.
 
 use half::f16;
@@ -52,7 +53,7 @@ pub fn layout_of(ty: GgmlType, rows: usize, cols: usize) -> GpuLayout {
         WeightFormat::Q4_1 => (blocks * 16, blocks * 4),
         WeightFormat::Q8_0 => (blocks * 32, blocks * 2),
         WeightFormat::Q4_K => (r * (c / 256) * 144, 0),
-        WeightFormat::Q6_K => (r * (c / 256) * 210, 0),
+        WeightFormat::Q6_K => (r * (c / 256) * 208, r * (c / 256) * 2),
     };
     GpuLayout { format, main_bytes, aux_offset: main_bytes.next_multiple_of(256), aux_bytes }
 }
@@ -75,7 +76,14 @@ pub fn convert(ty: GgmlType, src: &[u8], rows: usize, cols: usize, dst: &mut [u8
     let skip = ((layout.aux_offset - layout.main_bytes) as usize).min(rest.len());
     let aux = &mut rest[skip..];
     match layout.format {
-        WeightFormat::F16 | WeightFormat::Q4_K | WeightFormat::Q6_K if ty != GgmlType::F32 => main.copy_from_slice(src),
+        WeightFormat::F16 | WeightFormat::Q4_K if ty != GgmlType::F32 => main.copy_from_slice(src),
+        WeightFormat::Q6_K => {
+            // ql, qh, scales (208 bytes), then d: the quants and scales stay 16-byte aligned.
+            for (i, b) in src.chunks_exact(210).enumerate() {
+                main[i * 208..(i + 1) * 208].copy_from_slice(&b[..208]);
+                aux[i * 2..(i + 1) * 2].copy_from_slice(&b[208..210]);
+            }
+        }
         WeightFormat::F32 => {
             let mut vals = vec![0f32; rows * cols];
             strata_quant::dequantize(ty, src, &mut vals)?;
@@ -86,7 +94,7 @@ pub fn convert(ty: GgmlType, src: &[u8], rows: usize, cols: usize, dst: &mut [u8
         WeightFormat::Q4_0 => split_blocks(src, 18, 2, 16, main, aux),
         WeightFormat::Q4_1 => split_blocks(src, 20, 4, 16, main, aux),
         WeightFormat::Q8_0 => split_blocks(src, 34, 2, 32, main, aux),
-        _ => unreachable!("F16, Q4_K and Q6_K are copied as they are"),
+        _ => unreachable!("F16 and Q4_K are copied as they are"),
     }
     Ok(())
 }

@@ -68,13 +68,6 @@ impl ActRounding {
         }
     }
 
-    /// Elements per block.
-    pub fn block(self) -> usize {
-        match self {
-            ActRounding::Q8_0 => 32,
-            ActRounding::Q8_K => 256,
-        }
-    }
 }
 
 /// Bytes of push constants every kernel's layout declares (the minimum every device offers).
@@ -277,6 +270,12 @@ impl Recorder<'_> {
         let mb = vk::MemoryBarrier::default().src_access_mask(vk::AccessFlags::SHADER_WRITE).dst_access_mask(vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE);
         // SAFETY: recording.
         unsafe { self.device.cmd_pipeline_barrier(self.cb, vk::PipelineStageFlags::COMPUTE_SHADER, vk::PipelineStageFlags::COMPUTE_SHADER, vk::DependencyFlags::empty(), &[mb], &[], &[]) };
+    }
+
+    /// Writes a timestamp into `pool` at `index` once every earlier command has completed.
+    pub fn timestamp(&mut self, pool: vk::QueryPool, index: u32) {
+        // SAFETY: recording; the pool holds `index` and was reset in this command buffer.
+        unsafe { self.device.cmd_write_timestamp(self.cb, vk::PipelineStageFlags::BOTTOM_OF_PIPE, pool, index) };
     }
 
     /// Copies `bytes` from `src` to a host-readable `dst`, after every earlier shader write.

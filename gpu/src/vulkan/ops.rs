@@ -81,6 +81,20 @@ impl VulkanOps {
         Ok(&self.imports[&key].1)
     }
 
+    /// `rows` rows of `cols` activations rounded as the CPU quantizes them for a product with
+    /// `rounding`-type weights.
+    ///
+    /// # Errors
+    /// A device failure.
+    pub fn round_activations(&mut self, rounding: super::kernels::ActRounding, x: &[f32], cols: usize) -> Result<Vec<f32>, DeviceError> {
+        let rows = x.len() / cols;
+        let xb = self.upload(&conv::f32_bytes(x))?;
+        let out = self.output(x.len())?;
+        let push = Push::new().addr(xb.address()).addr(out.address()).u32(cols as u32).u32(cols as u32).u32(rows as u32);
+        self.run(|r| r.dispatch(Kernel::QuantizeAct(rounding), &push, [(rows * cols.div_ceil(256)) as u32, 1, 1]))?;
+        Ok(Self::read(&out, x.len()))
+    }
+
     /// Where each imported chunk of `kv` came from (host pointers, for the zero-copy check).
     pub fn import_origins(&self, kv: &Arc<HostKvMemory>) -> Option<Vec<Origin>> {
         let key = kv.chunk_raw(0).map_or(0, |(p, _)| p as usize);
@@ -103,8 +117,12 @@ impl OpBackend for VulkanOps {
         let out = self.output(rows * n)?;
         let aux = if layout.aux_bytes == 0 { 0 } else { w.address() + layout.aux_offset };
         let push = Push::new().addr(w.address()).addr(aux).addr(xb.address()).addr(out.address()).addr(0).u32(rows as u32).u32(cols as u32).u32(n as u32).u32(cols as u32).u32(rows as u32);
-        let kernel = if n <= 8 { Kernel::MatVec(layout.format) } else { Kernel::MatMul(layout.format) };
-        let groups = if n <= 8 { [rows.div_ceil(8) as u32, n.div_ceil(4) as u32, 1] } else { [rows.div_ceil(64) as u32, n.div_ceil(64) as u32, 1] };
+        let per_group = super::plan::matvec_rows_per_group(&self.ctx);
+        let (kernel, push, groups) = if n <= 8 {
+            (Kernel::MatVec(layout.format), push.u32(per_group as u32), [rows.div_ceil(per_group) as u32, n.div_ceil(4) as u32, 1])
+        } else {
+            (Kernel::MatMul(layout.format), push, [rows.div_ceil(64) as u32, n.div_ceil(64) as u32, 1])
+        };
         self.run(|r| r.dispatch(kernel, &push, groups))?;
         Ok(Self::read(&out, rows * n))
     }

@@ -38,12 +38,15 @@ pub struct VulkanOptions {
 /// Decode steps of at most this many tokens use the matrix-vector kernel; larger ones the tiled
 /// matrix kernel.
 const MATVEC_MAX_TOKENS: usize = 8;
-/// Rows per matrix-vector workgroup (4 teams x 2 rows: shaders/matvec.comp).
-const MATVEC_ROWS_PER_GROUP: usize = 8;
+/// Rows per matrix-vector workgroup: each subgroup of its 128 invocations owns 2 rows
+/// (shaders/matvec.comp).
+pub(crate) fn matvec_rows_per_group(ctx: &VulkanContext) -> usize {
+    (128 / ctx.info.subgroup_size.clamp(1, 128) as usize) * 2
+}
 /// Tokens per matrix-vector pass.
 const MATVEC_TOKENS_PER_GROUP: usize = 4;
 /// Positions per attention split at least (a workgroup walks them in tiles of 128).
-const ATTENTION_SPLIT_MIN: usize = 256;
+const ATTENTION_SPLIT_MIN: usize = 128;
 const ATTENTION_MAX_SPLITS: usize = 64;
 /// Limits of shaders/attention.comp.
 const ATTENTION_MAX_GROUP: usize = 8;
@@ -102,6 +105,7 @@ pub struct VulkanPlan {
     // Field order is drop order: command buffers and pipelines before the memory they use, and
     // the context last.
     commands: CommandCache,
+    profiler: Option<Profiler>,
     pipelines: Pipelines,
     graph: ForwardGraph,
     weights: Vec<Option<GpuWeight>>,
@@ -154,6 +158,81 @@ impl Drop for CommandCache {
     }
 }
 
+/// Per-op GPU time from timestamps written after every op (`STRATA_VULKAN_PROFILE=1`), summed
+/// by op and printed when the plan is dropped.
+struct Profiler {
+    ctx: Arc<VulkanContext>,
+    pool: vk::QueryPool,
+    capacity: u32,
+    /// Label of each op of the graph.
+    labels: Vec<String>,
+    /// (label, decode step?) -> (total ns, samples).
+    totals: HashMap<(String, bool), (f64, u64)>,
+    steps: HashMap<bool, (f64, u64)>,
+}
+
+impl Profiler {
+    fn new(ctx: &Arc<VulkanContext>, graph: &ForwardGraph) -> Result<Profiler, DeviceError> {
+        let capacity = graph.ops.len() as u32 + 2;
+        let info = vk::QueryPoolCreateInfo::default().query_type(vk::QueryType::TIMESTAMP).query_count(capacity);
+        // SAFETY: valid device and create info.
+        let pool = unsafe { ctx.device.create_query_pool(&info, None) }.map_err(|e| vk_error(&ctx.name(), "vkCreateQueryPool", e))?;
+        let labels = graph
+            .ops
+            .iter()
+            .map(|op| match op {
+                Op::Embed { .. } => "embed".to_string(),
+                Op::RmsNorm { .. } => "rms_norm".to_string(),
+                Op::MatMul { input, outputs } => format!("matmul {} -> {}", graph.buffer(*input).name, outputs.iter().map(|p| graph.buffer(p.out).name).collect::<Vec<_>>().join("+")),
+                Op::HeadNorm { .. } => "head_norm".to_string(),
+                Op::Rope { .. } => "rope".to_string(),
+                Op::StoreKv { .. } => "store_kv".to_string(),
+                Op::Attention { .. } => "attention".to_string(),
+                Op::SwiGlu { .. } => "swiglu".to_string(),
+                Op::Add { .. } => "add".to_string(),
+                Op::SelectRows { .. } => "select_rows".to_string(),
+            })
+            .collect();
+        Ok(Profiler { ctx: ctx.clone(), pool, capacity, labels, totals: HashMap::new(), steps: HashMap::new() })
+    }
+
+    fn collect(&mut self, decode: bool) {
+        let mut ticks = vec![0u64; self.capacity as usize];
+        // SAFETY: the submission that wrote the queries has completed.
+        let ok = unsafe { self.ctx.device.get_query_pool_results(self.pool, 0, &mut ticks, vk::QueryResultFlags::TYPE_64) };
+        if ok.is_err() {
+            return;
+        }
+        let ns = self.ctx.info.timestamp_period_ns as f64;
+        for (i, label) in self.labels.iter().enumerate() {
+            let dt = ticks[i + 1].saturating_sub(ticks[i]) as f64 * ns;
+            let e = self.totals.entry((label.clone(), decode)).or_default();
+            e.0 += dt;
+            e.1 += 1;
+        }
+        let last = self.labels.len();
+        let s = self.steps.entry(decode).or_default();
+        s.0 += ticks[last + 1].saturating_sub(ticks[0]) as f64 * ns;
+        s.1 += 1;
+    }
+}
+
+impl Drop for Profiler {
+    fn drop(&mut self) {
+        for decode in [true, false] {
+            let Some(&(step_ns, steps)) = self.steps.get(&decode) else { continue };
+            eprintln!("Vulkan profile, {} steps: {steps}, {:.1} us per step on the GPU", if decode { "decode (1 token)" } else { "other" }, step_ns / steps as f64 / 1e3);
+            let mut rows: Vec<(&String, f64, u64)> = self.totals.iter().filter(|((_, d), _)| *d == decode).map(|((l, _), &(t, n))| (l, t, n)).collect();
+            rows.sort_by(|a, b| b.1.total_cmp(&a.1));
+            for (label, total, n) in rows {
+                eprintln!("  {label:<32} {:>10.1} us per step ({:>5.1}%), {n} runs", total / steps as f64 / 1e3, 100.0 * total / step_ns);
+            }
+        }
+        // SAFETY: no submission uses the pool any more.
+        unsafe { self.ctx.device.destroy_query_pool(self.pool, None) };
+    }
+}
+
 /// Where the plan's KV arena comes from.
 pub enum KvSource {
     /// Allocated by this device.
@@ -178,8 +257,8 @@ impl VulkanPlan {
     pub fn compile(ctx: &Arc<VulkanContext>, graph: ForwardGraph, file: &GgufFile, kv: KvSource, opts: VulkanOptions) -> Result<VulkanPlan, DeviceError> {
         let hp = graph.hparams.clone();
         let group = hp.n_heads / hp.n_kv_heads.max(1);
-        if group > ATTENTION_MAX_GROUP || hp.head_dim > ATTENTION_MAX_HEAD_DIM || group * hp.head_dim > ATTENTION_MAX_Q || hp.n_heads % hp.n_kv_heads.max(1) != 0 {
-            return Err(unsupported(ctx, format!("attention with {} query heads per KV head of {} dimensions (the shader takes up to {ATTENTION_MAX_GROUP} heads, {ATTENTION_MAX_HEAD_DIM} dimensions)", group, hp.head_dim)));
+        if group > ATTENTION_MAX_GROUP || hp.head_dim > ATTENTION_MAX_HEAD_DIM || hp.head_dim % 4 != 0 || group * hp.head_dim > ATTENTION_MAX_Q || hp.n_heads % hp.n_kv_heads.max(1) != 0 {
+            return Err(unsupported(ctx, format!("attention with {} query heads per KV head of {} dimensions (the shader takes up to {ATTENTION_MAX_GROUP} heads of a multiple of 4 up to {ATTENTION_MAX_HEAD_DIM} dimensions)", group, hp.head_dim)));
         }
         let (kv, kv_host) = match kv {
             KvSource::Allocate(layout) => (VulkanKvMemory::allocate(ctx, &layout)?, None),
@@ -276,6 +355,7 @@ impl VulkanPlan {
         tracing::info!(device = %ctx.name(), weights_mib = weight_bytes >> 20, device_mib = arena.allocated_bytes() >> 20, "Vulkan plan compiled");
         Ok(VulkanPlan {
             commands: CommandCache::new(ctx)?,
+            profiler: if std::env::var("STRATA_VULKAN_PROFILE").is_ok_and(|v| v == "1") { Some(Profiler::new(ctx, &graph)?) } else { None },
             pipelines: Pipelines::new(ctx)?,
             graph,
             weights,
@@ -397,8 +477,16 @@ impl VulkanPlan {
         let (partial, rope_table, block_size, rounded) = (self.partial, self.rope_table, self.opts.block_size, self.rounded);
         let addr_of = |id: BufId| bufs[id.0 as usize].address;
         let params_buffer = self.params.buffer;
+        let profile_pool = self.profiler.as_ref().map(|p| (p.pool, p.capacity));
+        if let Some((pool, n)) = profile_pool {
+            // SAFETY: recording; the pool has `n` queries.
+            unsafe { device.cmd_reset_query_pool(cb, pool, 0, n) };
+        }
         let mut rec = Recorder { device: &device, cb, pipelines: &mut self.pipelines };
-        for op in ops {
+        if let Some((pool, _)) = profile_pool {
+            rec.timestamp(pool, 0);
+        }
+        for (op_index, op) in ops.iter().enumerate() {
             match op {
                 Op::Embed { table, out } => {
                     let w = weights[table.0 as usize].ok_or_else(|| unsupported(ctx, "embedding table not uploaded".into()))?;
@@ -427,9 +515,8 @@ impl VulkanPlan {
                     roundings.dedup();
                     for r in &roundings {
                         let cols = graph.buffer(*input).width;
-                        let blocks = rows_in * cols / r.block();
                         let push = Push::new().addr(addr_of(*input)).addr(rounded[*r as usize].address).u32(cols as u32).u32(x_stride).u32(rows_in as u32);
-                        rec.dispatch(Kernel::QuantizeAct(*r), &push, [blocks.div_ceil(64) as u32, 1, 1])?;
+                        rec.dispatch(Kernel::QuantizeAct(*r), &push, [(rows_in * cols.div_ceil(256)) as u32, 1, 1])?;
                     }
                     if !roundings.is_empty() {
                         rec.barrier();
@@ -450,8 +537,9 @@ impl VulkanPlan {
                             .u32(x_stride)
                             .u32(graph.buffer(p.out).width as u32);
                         if rows_in <= MATVEC_MAX_TOKENS {
-                            let groups = [w.rows.div_ceil(MATVEC_ROWS_PER_GROUP) as u32, rows_in.div_ceil(MATVEC_TOKENS_PER_GROUP) as u32, 1];
-                            rec.dispatch(Kernel::MatVec(w.layout.format), &push, groups)?;
+                            let per_group = matvec_rows_per_group(ctx);
+                            let groups = [w.rows.div_ceil(per_group) as u32, rows_in.div_ceil(MATVEC_TOKENS_PER_GROUP) as u32, 1];
+                            rec.dispatch(Kernel::MatVec(w.layout.format), &push.u32(per_group as u32), groups)?;
                         } else {
                             rec.dispatch(Kernel::MatMul(w.layout.format), &push, [w.rows.div_ceil(64) as u32, rows_in.div_ceil(64) as u32, 1])?;
                         }
@@ -533,10 +621,16 @@ impl VulkanPlan {
                 }
             }
             rec.barrier();
+            if let Some((pool, _)) = profile_pool {
+                rec.timestamp(pool, op_index as u32 + 1);
+            }
         }
         let logits = &bufs[graph.logits.0 as usize];
         let bytes = (n_out * hp.vocab_size * 4) as u64;
         rec.copy_to_host(self.arena.buffer(logits), logits.offset, self.readback.buffer, bytes);
+        if let Some((pool, n)) = profile_pool {
+            rec.timestamp(pool, n - 1);
+        }
         Ok(())
     }
 }
@@ -566,6 +660,9 @@ impl ForwardPlan for VulkanPlan {
         let (n, n_out) = (b.len(), b.output_rows.len());
         let cb = self.record(n, n_out)?;
         submit_and_wait(&self.ctx, cb, self.commands.fence)?;
+        if let Some(p) = &mut self.profiler {
+            p.collect(n == b.block_tables.len());
+        }
         let vocab = self.graph.hparams.vocab_size;
         let bytes = self.readback.mapped().ok_or_else(|| unsupported(&self.ctx, "the readback buffer is not mapped".into()))?;
         self.logits.clear();

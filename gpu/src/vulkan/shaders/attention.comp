@@ -5,12 +5,14 @@
 // tiles of 128 with an online softmax, and writes a partial result (max, sum, weighted values)
 // that attention_combine.comp merges across splits (flash-decoding). The number of splits and
 // their length vary per step: they come from the step header, and the dispatch is indirect.
+// Loops over the per-head register arrays run to MAX_GROUP with uniform conditions, so the
+// arrays stay in registers.
 #include "common.glsl"
 
 #define WG 128
 #define MAX_GROUP 8
 #define MAX_Q 1024
-#define MAX_HEAD_DIM 256
+#define MAX_SUBGROUPS 32
 
 layout(local_size_x = WG) in;
 
@@ -33,8 +35,11 @@ layout(push_constant) uniform Push {
     float scale;
 } pc;
 
+layout(buffer_reference, std430, buffer_reference_align = 8) buffer U32x2s { uvec2 v[]; };
+
 shared float qs[MAX_Q];
 shared float p[MAX_GROUP][WG];
+shared float red[MAX_SUBGROUPS][MAX_GROUP];
 shared uint cells[WG];
 
 void main() {
@@ -52,7 +57,6 @@ void main() {
     uint j_end = min(len, j_begin + split_len);
     uint table_offset = U32s(pc.table_offsets).v[U32s(pc.seq_of_token).v[t]];
     U32s tables = U32s(pc.tables);
-    F16s kc = F16s(pc.k_cache);
     F16s vc = F16s(pc.v_cache);
 
     for (uint i = tid; i < group * hd; i += WG) {
@@ -62,7 +66,7 @@ void main() {
     float m[MAX_GROUP];
     float l[MAX_GROUP];
     float acc[MAX_GROUP][2];
-    for (uint g = 0; g < MAX_GROUP; g++) {
+    [[unroll]] for (uint g = 0; g < MAX_GROUP; g++) {
         m[g] = -1.0 / 0.0;
         l[g] = 0.0;
         acc[g][0] = 0.0;
@@ -72,60 +76,89 @@ void main() {
     for (uint j0 = j_begin; j0 < j_end; j0 += WG) {
         uint j = j0 + tid;
         uint n_tile = min(WG, j_end - j0);
+        float s[MAX_GROUP];
+        [[unroll]] for (uint g = 0; g < MAX_GROUP; g++) {
+            s[g] = -1.0 / 0.0;
+        }
         if (j < j_end) {
             uint cell = kv_cell(tables, table_offset, j, pc.block_size);
             cells[tid] = cell;
-            uint kb = cell * pc.row_stride + kvh * hd;
-            float s[MAX_GROUP];
-            for (uint g = 0; g < group; g++) {
-                s[g] = 0.0;
+            // The K row of this position, 4 halves per load.
+            uint kb = (cell * pc.row_stride + kvh * hd) / 4;
+            U32x2s kc = U32x2s(pc.k_cache);
+            float dot[MAX_GROUP];
+            [[unroll]] for (uint g = 0; g < MAX_GROUP; g++) {
+                dot[g] = 0.0;
             }
-            for (uint d = 0; d < hd; d++) {
-                float kv = float(kc.v[kb + d]);
-                for (uint g = 0; g < group; g++) {
-                    s[g] += qs[g * hd + d] * kv;
+            for (uint d4 = 0; d4 < hd / 4; d4++) {
+                uvec2 raw = kc.v[kb + d4];
+                vec2 k01 = unpackHalf2x16(raw.x);
+                vec2 k23 = unpackHalf2x16(raw.y);
+                [[unroll]] for (uint g = 0; g < MAX_GROUP; g++) {
+                    if (g < group) {
+                        uint qi = g * hd + 4 * d4;
+                        dot[g] += qs[qi] * k01.x + qs[qi + 1] * k01.y + qs[qi + 2] * k23.x + qs[qi + 3] * k23.y;
+                    }
                 }
             }
-            for (uint g = 0; g < group; g++) {
-                p[g][tid] = s[g] * pc.scale;
+            [[unroll]] for (uint g = 0; g < MAX_GROUP; g++) {
+                s[g] = dot[g] * pc.scale;
+            }
+        }
+        // The tile's maximum per head: subgroup maxima, then across subgroups.
+        [[unroll]] for (uint g = 0; g < MAX_GROUP; g++) {
+            float sm = subgroupMax(s[g]);
+            if (gl_SubgroupInvocationID == 0 && g < group) {
+                red[gl_SubgroupID][g] = sm;
             }
         }
         barrier();
         float factor[MAX_GROUP];
-        for (uint g = 0; g < group; g++) {
+        [[unroll]] for (uint g = 0; g < MAX_GROUP; g++) {
             float mx = m[g];
-            for (uint i = 0; i < n_tile; i++) {
-                mx = max(mx, p[g][i]);
+            if (g < group) {
+                for (uint k = 0; k < gl_NumSubgroups; k++) {
+                    mx = max(mx, red[k][g]);
+                }
             }
-            factor[g] = exp(m[g] - mx);
+            factor[g] = g < group ? exp(m[g] - mx) : 0.0;
             m[g] = mx;
+            // Weights of this invocation's position (zero past the split's end).
+            s[g] = (j < j_end && g < group) ? exp(s[g] - mx) : 0.0;
         }
         barrier();
-        if (j < j_end) {
-            for (uint g = 0; g < group; g++) {
-                p[g][tid] = exp(p[g][tid] - m[g]);
+        [[unroll]] for (uint g = 0; g < MAX_GROUP; g++) {
+            float ss = subgroupAdd(s[g]);
+            if (g < group) {
+                p[g][tid] = s[g];
+                if (gl_SubgroupInvocationID == 0) {
+                    red[gl_SubgroupID][g] = ss;
+                }
             }
         }
         barrier();
-        for (uint g = 0; g < group; g++) {
-            float sum = 0.0;
-            for (uint i = 0; i < n_tile; i++) {
-                sum += p[g][i];
+        [[unroll]] for (uint g = 0; g < MAX_GROUP; g++) {
+            if (g < group) {
+                float sum = 0.0;
+                for (uint k = 0; k < gl_NumSubgroups; k++) {
+                    sum += red[k][g];
+                }
+                l[g] = l[g] * factor[g] + sum;
             }
-            l[g] = l[g] * factor[g] + sum;
         }
-        for (uint slot = 0; slot < 2; slot++) {
+        [[unroll]] for (uint slot = 0; slot < 2; slot++) {
             uint d = tid + slot * WG;
-            if (d >= hd) {
-                break;
-            }
-            for (uint g = 0; g < group; g++) {
-                acc[g][slot] *= factor[g];
-            }
-            for (uint i = 0; i < n_tile; i++) {
-                float vv = float(vc.v[cells[i] * pc.row_stride + kvh * hd + d]);
-                for (uint g = 0; g < group; g++) {
-                    acc[g][slot] += p[g][i] * vv;
+            if (d < hd) {
+                [[unroll]] for (uint g = 0; g < MAX_GROUP; g++) {
+                    acc[g][slot] *= factor[g];
+                }
+                for (uint i = 0; i < n_tile; i++) {
+                    float vv = float(vc.v[cells[i] * pc.row_stride + kvh * hd + d]);
+                    [[unroll]] for (uint g = 0; g < MAX_GROUP; g++) {
+                        if (g < group) {
+                            acc[g][slot] += p[g][i] * vv;
+                        }
+                    }
                 }
             }
         }
@@ -133,17 +166,19 @@ void main() {
     }
     // Partial record of (token, head, split): [max, sum, hd weighted values].
     F32s out_ = F32s(pc.partial);
-    for (uint g = 0; g < group; g++) {
-        uint h = kvh * group + g;
-        uint base = ((t * pc.n_heads + h) * n_splits + split) * (hd + 2);
-        if (tid == 0) {
-            out_.v[base] = m[g];
-            out_.v[base + 1] = l[g];
-        }
-        for (uint slot = 0; slot < 2; slot++) {
-            uint d = tid + slot * WG;
-            if (d < hd) {
-                out_.v[base + 2 + d] = acc[g][slot];
+    [[unroll]] for (uint g = 0; g < MAX_GROUP; g++) {
+        if (g < group) {
+            uint h = kvh * group + g;
+            uint base = ((t * pc.n_heads + h) * n_splits + split) * (hd + 2);
+            if (tid == 0) {
+                out_.v[base] = m[g];
+                out_.v[base + 1] = l[g];
+            }
+            [[unroll]] for (uint slot = 0; slot < 2; slot++) {
+                uint d = tid + slot * WG;
+                if (d < hd) {
+                    out_.v[base + 2 + d] = acc[g][slot];
+                }
             }
         }
     }

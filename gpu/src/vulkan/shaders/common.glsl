@@ -7,6 +7,7 @@
 #extension GL_EXT_shader_8bit_storage : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_EXT_control_flow_attributes : require
 
 layout(buffer_reference, std430, buffer_reference_align = 4) buffer F32s { float v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 2) buffer F16s { float16_t v[]; };

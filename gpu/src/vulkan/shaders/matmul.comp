@@ -35,8 +35,8 @@ void main() {
     uint n_units = (pc.cols + 31) / 32;
     F32s x = F32s(pc.x);
     float acc[4][4];
-    for (uint i = 0; i < 4; i++) {
-        for (uint j = 0; j < 4; j++) {
+    [[unroll]] for (uint i = 0; i < 4; i++) {
+        [[unroll]] for (uint j = 0; j < 4; j++) {
             acc[i][j] = 0.0;
         }
     }
@@ -47,11 +47,11 @@ void main() {
             if (row < pc.rows) {
                 dequant_unit(pc.w, pc.aux, pc.cols, row, u, wv);
             } else {
-                for (uint i = 0; i < 32; i++) {
+                [[unroll]] for (uint i = 0; i < 32; i++) {
                     wv[i] = 0.0;
                 }
             }
-            for (uint i = 0; i < 32; i++) {
+            [[unroll]] for (uint i = 0; i < 32; i++) {
                 ws[i][tid] = wv[i];
             }
         }
@@ -62,10 +62,10 @@ void main() {
             xs[k][t] = (tok0 + t < pc.n_tokens && c < pc.cols) ? x.v[(tok0 + t) * pc.x_stride + c] : 0.0;
         }
         barrier();
-        for (uint k = 0; k < 32; k++) {
+        [[unroll]] for (uint k = 0; k < 32; k++) {
             vec4 a = vec4(ws[k][tr], ws[k][tr + 1], ws[k][tr + 2], ws[k][tr + 3]);
             vec4 b = vec4(xs[k][tt], xs[k][tt + 1], xs[k][tt + 2], xs[k][tt + 3]);
-            for (uint i = 0; i < 4; i++) {
+            [[unroll]] for (uint i = 0; i < 4; i++) {
                 acc[i][0] += a[i] * b.x;
                 acc[i][1] += a[i] * b.y;
                 acc[i][2] += a[i] * b.z;
@@ -75,13 +75,13 @@ void main() {
         barrier();
     }
     F32s o = F32s(pc.out_);
-    for (uint i = 0; i < 4; i++) {
+    [[unroll]] for (uint i = 0; i < 4; i++) {
         uint row = row0 + tr + i;
         if (row >= pc.rows) {
             continue;
         }
         float b = pc.bias != 0 ? F32s(pc.bias).v[row] : 0.0;
-        for (uint j = 0; j < 4; j++) {
+        [[unroll]] for (uint j = 0; j < 4; j++) {
             uint t = tok0 + tt + j;
             if (t < pc.n_tokens) {
                 o.v[t * pc.out_stride + row] = acc[i][j] + b;

@@ -1,17 +1,15 @@
 #version 450
-// out[t][row] = dot(W[row], x[t]) (+ bias[row]) for a few tokens: the decode-step product, bound by
-// the weights' read bandwidth. A workgroup is 4 teams of 32 invocations; a team owns ROWS rows and
-// its invocations stride over the rows' 32-element units, so each weight byte is read once and the
-// team's x reads hit the cache.
+// out[t][row] = dot(W[row], x[t]) (+ bias[row]) for up to a few tokens: the decode-step product,
+// bound by the weights' read bandwidth. Each subgroup owns ROWS rows at a time; its invocations
+// take consecutive items of the rows (matvec_items.glsl), so weight and activation reads coalesce,
+// and a subgroup sum finishes each dot product (no shared memory, no barrier).
 #include "common.glsl"
-#include "dequant.glsl"
+#include "matvec_items.glsl"
 
-#define WG 128
-#define TPR 32
 #define ROWS 2
 #define NT 4
 
-layout(local_size_x = WG) in;
+layout(local_size_x = 128) in;
 
 layout(push_constant) uniform Push {
     uint64_t w;
@@ -24,80 +22,62 @@ layout(push_constant) uniform Push {
     uint n_tokens;
     uint x_stride;
     uint out_stride;
+    uint rows_per_group;
 } pc;
 
-shared float red[ROWS * NT][WG];
-
 void main() {
-    uint tid = gl_LocalInvocationID.x;
-    uint team = tid / TPR;
-    uint lane = tid % TPR;
-    uint row0 = (gl_WorkGroupID.x * (WG / TPR) + team) * ROWS;
+    uint lane = gl_SubgroupInvocationID;
+    uint sgs = gl_SubgroupSize;
     uint t0 = gl_WorkGroupID.y * NT;
-    uint n_units = (pc.cols + 31) / 32;
+    uint n_items = items_per_row(pc.cols);
     F32s x = F32s(pc.x);
-
-    float acc[ROWS][NT];
-    for (uint r = 0; r < ROWS; r++) {
-        for (uint t = 0; t < NT; t++) {
-            acc[r][t] = 0.0;
-        }
-    }
-    for (uint u = lane; u < n_units; u += TPR) {
-        for (uint r = 0; r < ROWS; r++) {
-            uint row = row0 + r;
-            if (row >= pc.rows) {
-                break;
+    for (uint r0 = gl_SubgroupID * ROWS; r0 < pc.rows_per_group; r0 += gl_NumSubgroups * ROWS) {
+        uint row0 = gl_WorkGroupID.x * pc.rows_per_group + r0;
+        float acc[ROWS][NT];
+        [[unroll]] for (uint r = 0; r < ROWS; r++) {
+            [[unroll]] for (uint t = 0; t < NT; t++) {
+                acc[r][t] = 0.0;
             }
-            float wv[32];
-            dequant_unit(pc.w, pc.aux, pc.cols, row, u, wv);
-            for (uint t = 0; t < NT; t++) {
-                if (t0 + t >= pc.n_tokens) {
-                    break;
-                }
-                uint xb = (t0 + t) * pc.x_stride + u * 32;
-                float s = 0.0;
-#ifdef UNIT_TAIL
-                uint lim = min(32u, pc.cols - u * 32);
-                for (uint i = 0; i < lim; i++) {
-                    s += wv[i] * x.v[xb + i];
-                }
+        }
+        // Loops over the register arrays are unrolled with uniform conditions instead of early
+        // exits, so the arrays stay in registers.
+        for (uint item = lane; item < n_items; item += sgs) {
+            [[unroll]] for (uint r = 0; r < ROWS; r++) {
+                uint row = min(row0 + r, pc.rows - 1);
+                float q[2][H];
+                vec2 so[2];
+                uint xi[2];
+                load_item(pc.w, pc.aux, pc.cols, row, item, q, so, xi);
+                [[unroll]] for (uint t = 0; t < NT; t++) {
+                    if (t0 + t >= pc.n_tokens) {
+                        continue;
+                    }
+                    uint xb = (t0 + t) * pc.x_stride;
+                    [[unroll]] for (uint h = 0; h < 2; h++) {
+                        float sq = 0.0;
+                        float sx = 0.0;
+                        [[unroll]] for (uint i = 0; i < H; i++) {
+#if defined(TYPE_F32) || defined(TYPE_F16)
+                            float xv = xi[h] + i < pc.cols ? x.v[xb + xi[h] + i] : 0.0;
 #else
-                for (uint i = 0; i < 32; i++) {
-                    s += wv[i] * x.v[xb + i];
-                }
+                            float xv = x.v[xb + xi[h] + i];
 #endif
-                acc[r][t] += s;
-            }
-        }
-    }
-    for (uint r = 0; r < ROWS; r++) {
-        for (uint t = 0; t < NT; t++) {
-            red[r * NT + t][tid] = acc[r][t];
-        }
-    }
-    for (uint s = TPR / 2; s > 0; s >>= 1) {
-        barrier();
-        if (lane < s) {
-            for (uint k = 0; k < ROWS * NT; k++) {
-                red[k][tid] += red[k][tid + s];
-            }
-        }
-    }
-    barrier();
-    if (lane == 0) {
-        F32s o = F32s(pc.out_);
-        for (uint r = 0; r < ROWS; r++) {
-            uint row = row0 + r;
-            if (row >= pc.rows) {
-                break;
-            }
-            float b = pc.bias != 0 ? F32s(pc.bias).v[row] : 0.0;
-            for (uint t = 0; t < NT; t++) {
-                if (t0 + t >= pc.n_tokens) {
-                    break;
+                            sq += q[h][i] * xv;
+                            sx += xv;
+                        }
+                        acc[r][t] += so[h].x * sq - so[h].y * sx;
+                    }
                 }
-                o.v[(t0 + t) * pc.out_stride + row] = red[r * NT + t][tid] + b;
+            }
+        }
+        [[unroll]] for (uint r = 0; r < ROWS; r++) {
+            uint row = row0 + r;
+            [[unroll]] for (uint t = 0; t < NT; t++) {
+                float s = subgroupAdd(acc[r][t]);
+                if (lane == 0 && row < pc.rows && t0 + t < pc.n_tokens) {
+                    float b = pc.bias != 0 ? F32s(pc.bias).v[row] : 0.0;
+                    F32s(pc.out_).v[(t0 + t) * pc.out_stride + row] = s + b;
+                }
             }
         }
     }

@@ -1,0 +1,93 @@
+//! `strata-rt compare-devices`: a device against the CPU reference on one model: teacher-forced
+//! logits of a seeded random prompt, compared position by position (KL divergence and top-1
+//! agreement), with the bars the test suite uses.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use strata_actors::{Engine, EngineOptions};
+use strata_gpu::DeviceKind;
+use strata_model::sampling::{argmax, log_softmax, Rng};
+
+#[derive(Args, Debug)]
+pub struct CompareArgs {
+    /// The model file.
+    #[arg(long, short = 'm')]
+    model: PathBuf,
+    /// The device to check (`vulkan:N`; or `cpu` with `--device-simd`, to measure the CPU's own
+    /// kernel-to-kernel differences: the noise floor of the bars).
+    #[arg(long)]
+    device: String,
+    /// With `--device cpu`: the SIMD level of the checked CPU kernels (`scalar`, `avx2`).
+    #[arg(long)]
+    device_simd: Option<String>,
+    /// Prompt tokens before the compared positions.
+    #[arg(long, default_value_t = 128)]
+    prompt_tokens: usize,
+    /// Positions compared (after the prompt).
+    #[arg(long, default_value_t = 64)]
+    positions: usize,
+    /// Seed of the random prompt.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// CPU threads (0: every core).
+    #[arg(short = 't', long, default_value_t = 0)]
+    threads: usize,
+    /// Mean KL bar in nats.
+    #[arg(long, default_value_t = 0.005)]
+    max_kl: f64,
+    /// Top-1 agreement bar, as a fraction of the positions.
+    #[arg(long, default_value_t = 62.0 / 64.0)]
+    min_top1: f64,
+}
+
+pub fn run(args: CompareArgs) -> Result<ExitCode> {
+    let spec: strata_config::DeviceSpec = args.device.parse().map_err(|e| anyhow::anyhow!("--device {}: {e}", args.device))?;
+    let device = match spec {
+        strata_config::DeviceSpec::Vulkan(i) => DeviceKind::Vulkan(i),
+        strata_config::DeviceSpec::Cpu if args.device_simd.is_some() => DeviceKind::Cpu,
+        other => anyhow::bail!("--device {other}: compare vulkan:N, or cpu with --device-simd, against the CPU"),
+    };
+    let simd = match args.device_simd.as_deref() {
+        None => None,
+        Some("scalar") => Some(strata_quant::SimdLevel::Scalar),
+        Some("avx2") => Some(strata_quant::SimdLevel::Avx2),
+        Some(other) => anyhow::bail!("--device-simd {other}: scalar or avx2"),
+    };
+    let model = super::load_model(&args.model)?;
+    let total = args.prompt_tokens + args.positions;
+    let cells = (total + 16).next_multiple_of(16);
+    let opts = EngineOptions { threads: args.threads, max_context: total + 1, n_cells: cells, ubatch: 64, max_outputs: 64, prefill_device: device, decode_device: device, prefill_min_tokens: usize::MAX, max_seqs: 1, ..Default::default() };
+    let mut cpu = Engine::new_cpu(model.clone(), opts.clone()).context("the CPU device")?;
+    let mut dev = Engine::new(model.clone(), EngineOptions { simd, ..opts }).with_context(|| format!("device {device}"))?;
+    let vocab = model.hparams.vocab_size;
+    let mut rng = Rng::new(args.seed);
+    let tokens: Vec<u32> = (0..total).map(|_| (rng.next_u64() % vocab as u64) as u32).collect();
+    let want = cpu.teacher_forced_logits(&tokens).context("CPU forward")?;
+    let got = dev.teacher_forced_logits(&tokens).with_context(|| format!("{device} forward"))?;
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    let (mut kl_sum, mut agree) = (0.0f64, 0usize);
+    for i in args.prompt_tokens..total {
+        log_softmax(&want[i * vocab..(i + 1) * vocab], &mut a);
+        log_softmax(&got[i * vocab..(i + 1) * vocab], &mut b);
+        kl_sum += a.iter().zip(&b).map(|(&p, &q)| (p as f64).exp() * (p as f64 - q as f64)).sum::<f64>();
+        agree += usize::from(argmax(&a) == argmax(&b));
+    }
+    let kl = kl_sum / args.positions as f64;
+    let top1 = agree as f64 / args.positions as f64;
+    let pass = kl <= args.max_kl && top1 >= args.min_top1;
+    println!(
+        "{device}{} vs cpu on {}: {} positions after a {}-token prompt: mean KL {kl:.6} nats (bar {}), top-1 {agree}/{} (bar {:.0}): {}",
+        args.device_simd.as_deref().map(|s| format!(" ({s} kernels)")).unwrap_or_default(),
+        model.name,
+        args.positions,
+        args.prompt_tokens,
+        args.max_kl,
+        args.positions,
+        args.min_top1 * args.positions as f64,
+        if pass { "PASS" } else { "FAIL" }
+    );
+    Ok(if pass { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
