@@ -24,5 +24,7 @@ for ty in "${types[@]}"; do
   [ -f "$m" ] || /usr/bin/time -f "synth %e s" "$bin" synth-model --shape "$shape" --type "$qt" --out "$m" 2>&1 | tail -2
   echo "== $shape $qt"
   "$bin" compare-devices -m "$m" --device vulkan:0 --prompt-tokens 128 --positions 64 2>&1 | tee -a "$out/compare.txt"
-  "$bin" bench -m "$m" --device vulkan:0 -p 2048 -n 128 -d 512,8192 --batch 8,32 -r "$reps" --json "$out/bench-$shape-$qt.json" 2>&1 | tee -a "$out/bench.txt"
+  # The noise floor of those bars: the CPU's AVX2 kernels against its AVX-512 ones.
+  [ "${NOISE:-0}" = 1 ] && "$bin" compare-devices -m "$m" --device cpu --device-simd avx2 --prompt-tokens 128 --positions 64 2>&1 | tee -a "$out/compare.txt"
+  STRATA_VULKAN_PROFILE=${PROFILE:-0} "$bin" bench -m "$m" --device vulkan:0 -p 2048 -n 128 -d 512,8192 --batch 8,32 -r "$reps" --json "$out/bench-$shape-$qt.json" 2>&1 | tee -a "$out/bench.txt"
 done

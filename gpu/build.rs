@@ -20,6 +20,9 @@ fn main() {
     for (act, define) in [("q8_0", "ACT_Q8_0"), ("q8_k", "ACT_Q8_K")] {
         compile_with(&glslc, "quantize_act", &format!("quantize_act_{act}"), &[define], &out);
     }
+    for ty in TYPES {
+        compile_with(&glslc, "matvec", &format!("matvec1_{}", ty.to_lowercase()), &[&format!("TYPE_{ty}"), "NT=1"], &out);
+    }
     for name in PER_TYPE {
         for ty in TYPES {
             compile(&glslc, name, Some(ty), &out);

@@ -44,7 +44,7 @@ pub struct BenchArgs {
     #[arg(short = 'd', long, value_delimiter = ',')]
     depth: Vec<usize>,
     /// Batched decode tests: this many sequences decode together (comma-separated), each after a
-    /// prompt of the first depth (or 128 tokens), for the first generation length's steps.
+    /// 128-token prompt, for the first generation length's steps.
     #[arg(long, value_delimiter = ',')]
     batch: Vec<usize>,
 }
@@ -177,7 +177,7 @@ pub fn run(config_path: Option<&Path>, args: BenchArgs) -> Result<ExitCode> {
     let depths: Vec<usize> = if args.depth.is_empty() { vec![0] } else { args.depth.clone() };
     let max_gen = args.gen.iter().copied().max().unwrap_or(0);
     let longest = args.prompt.iter().copied().max().unwrap_or(1).max(depths.iter().max().unwrap_or(&0) + max_gen) + 1;
-    let batch_prompt = if args.depth.is_empty() { 128 } else { depths[0].max(1) };
+    let batch_prompt = 128;
     let batch_gen = args.gen.first().copied().unwrap_or(128);
     let max_batch = args.batch.iter().copied().max().unwrap_or(1);
     let batch_cells = max_batch * (batch_prompt + batch_gen + config.kv.block_size);

@@ -28,7 +28,9 @@ pub enum WeightFormat {
 /// Every kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kernel {
-    /// Matrix-vector product for up to a few tokens (decode).
+    /// Matrix-vector product for one token (decode of one sequence).
+    MatVec1(WeightFormat),
+    /// Matrix-vector product for up to a few tokens (batched decode).
     MatVec(WeightFormat),
     /// Tiled matrix product for many tokens (prefill).
     MatMul(WeightFormat),
@@ -100,6 +102,7 @@ impl Kernel {
     /// The compiled SPIR-V.
     pub fn spirv(self) -> &'static [u8] {
         match self {
+            Kernel::MatVec1(f) => per_format!(f, "matvec1"),
             Kernel::MatVec(f) => per_format!(f, "matvec"),
             Kernel::MatMul(f) => per_format!(f, "matmul"),
             Kernel::Embed(f) => per_format!(f, "embed"),

@@ -117,9 +117,9 @@ impl OpBackend for VulkanOps {
         let out = self.output(rows * n)?;
         let aux = if layout.aux_bytes == 0 { 0 } else { w.address() + layout.aux_offset };
         let push = Push::new().addr(w.address()).addr(aux).addr(xb.address()).addr(out.address()).addr(0).u32(rows as u32).u32(cols as u32).u32(n as u32).u32(cols as u32).u32(rows as u32);
-        let per_group = super::plan::matvec_rows_per_group(&self.ctx);
         let (kernel, push, groups) = if n <= 8 {
-            (Kernel::MatVec(layout.format), push.u32(per_group as u32), [rows.div_ceil(per_group) as u32, n.div_ceil(4) as u32, 1])
+            let (kernel, per_group) = super::plan::matvec_kernel(&self.ctx, layout.format, n);
+            (kernel, push.u32(per_group as u32), [rows.div_ceil(per_group) as u32, n.div_ceil(4) as u32, 1])
         } else {
             (Kernel::MatMul(layout.format), push, [rows.div_ceil(64) as u32, n.div_ceil(64) as u32, 1])
         };

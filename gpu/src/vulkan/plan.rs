@@ -38,10 +38,11 @@ pub struct VulkanOptions {
 /// Decode steps of at most this many tokens use the matrix-vector kernel; larger ones the tiled
 /// matrix kernel.
 const MATVEC_MAX_TOKENS: usize = 8;
-/// Rows per matrix-vector workgroup: each subgroup of its 128 invocations owns 2 rows
-/// (shaders/matvec.comp).
-pub(crate) fn matvec_rows_per_group(ctx: &VulkanContext) -> usize {
-    (128 / ctx.info.subgroup_size.clamp(1, 128) as usize) * 2
+/// The matrix-vector kernel for `n_tokens` tokens and its rows per workgroup: each subgroup of
+/// its 128 invocations owns 4 rows (one token) or 2 rows (more) (shaders/matvec.comp).
+pub(crate) fn matvec_kernel(ctx: &VulkanContext, format: WeightFormat, n_tokens: usize) -> (Kernel, usize) {
+    let subgroups = 128 / ctx.info.subgroup_size.clamp(1, 128) as usize;
+    if n_tokens == 1 { (Kernel::MatVec1(format), subgroups * 4) } else { (Kernel::MatVec(format), subgroups * 2) }
 }
 /// Tokens per matrix-vector pass.
 const MATVEC_TOKENS_PER_GROUP: usize = 4;
@@ -221,7 +222,7 @@ impl Drop for Profiler {
     fn drop(&mut self) {
         for decode in [true, false] {
             let Some(&(step_ns, steps)) = self.steps.get(&decode) else { continue };
-            eprintln!("Vulkan profile, {} steps: {steps}, {:.1} us per step on the GPU", if decode { "decode (1 token)" } else { "other" }, step_ns / steps as f64 / 1e3);
+            eprintln!("Vulkan profile, {} steps: {steps}, {:.1} us per step on the GPU", if decode { "one-token" } else { "other" }, step_ns / steps as f64 / 1e3);
             let mut rows: Vec<(&String, f64, u64)> = self.totals.iter().filter(|((_, d), _)| *d == decode).map(|((l, _), &(t, n))| (l, t, n)).collect();
             rows.sort_by(|a, b| b.1.total_cmp(&a.1));
             for (label, total, n) in rows {
@@ -537,9 +538,9 @@ impl VulkanPlan {
                             .u32(x_stride)
                             .u32(graph.buffer(p.out).width as u32);
                         if rows_in <= MATVEC_MAX_TOKENS {
-                            let per_group = matvec_rows_per_group(ctx);
+                            let (kernel, per_group) = matvec_kernel(ctx, w.layout.format, rows_in);
                             let groups = [w.rows.div_ceil(per_group) as u32, rows_in.div_ceil(MATVEC_TOKENS_PER_GROUP) as u32, 1];
-                            rec.dispatch(Kernel::MatVec(w.layout.format), &push.u32(per_group as u32), groups)?;
+                            rec.dispatch(kernel, &push.u32(per_group as u32), groups)?;
                         } else {
                             rec.dispatch(Kernel::MatMul(w.layout.format), &push, [w.rows.div_ceil(64) as u32, rows_in.div_ceil(64) as u32, 1])?;
                         }
@@ -661,7 +662,7 @@ impl ForwardPlan for VulkanPlan {
         let cb = self.record(n, n_out)?;
         submit_and_wait(&self.ctx, cb, self.commands.fence)?;
         if let Some(p) = &mut self.profiler {
-            p.collect(n == b.block_tables.len());
+            p.collect(n == 1);
         }
         let vocab = self.graph.hparams.vocab_size;
         let bytes = self.readback.mapped().ok_or_else(|| unsupported(&self.ctx, "the readback buffer is not mapped".into()))?;

@@ -73,19 +73,9 @@ void dequant_unit(uint64_t w, uint64_t aux, uint cols, uint row, uint u, out flo
     U32x4s p = U32x4s(w);
     uvec4 head = p.v[sb * 9];
     vec2 dmin = unpackHalf2x16(head.x);
-    // scales[k] is byte k of head.yzw.
-    uint s[12];
-    [[unroll]] for (uint k = 0; k < 12; k++) {
-        s[k] = (head[1 + k / 4] >> (8 * (k % 4))) & 0xFFu;
-    }
-    uint sc, mn;
-    if (j < 4) {
-        sc = s[j] & 63u;
-        mn = s[j + 4] & 63u;
-    } else {
-        sc = (s[j + 4] & 0xFu) | ((s[j - 4] >> 6) << 4);
-        mn = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-    }
+    uvec2 sm = scale_min_k4(head.y, head.z, head.w, j);
+    uint sc = sm.x;
+    uint mn = sm.y;
     float d1 = dmin.x * float(sc);
     float m1 = dmin.y * float(mn);
     uint shift = (j % 2) * 4;

@@ -8,6 +8,10 @@
 #if defined(TYPE_F32) || defined(TYPE_F16)
 #define H 4
 uint items_per_row(uint cols) { return (cols + 7) / 8; }
+void item_x(uint cols, uint item, out uint xi[2]) {
+    xi[0] = item * 8;
+    xi[1] = item * 8 + 4;
+}
 void load_item(uint64_t w, uint64_t aux, uint cols, uint row, uint item, out float q[2][H], out vec2 so[2], out uint xi[2]) {
     [[unroll]] for (uint h = 0; h < 2; h++) {
         xi[h] = item * 8 + h * 4;
@@ -27,6 +31,10 @@ void load_item(uint64_t w, uint64_t aux, uint cols, uint row, uint item, out flo
 // elements 4k..4k+3, its high nibbles elements 16+4k..16+4k+3.
 #define H 4
 uint items_per_row(uint cols) { return cols / 8; }
+void item_x(uint cols, uint item, out uint xi[2]) {
+    xi[0] = (item / 4) * 32 + 4 * (item % 4);
+    xi[1] = xi[0] + 16;
+}
 void load_item(uint64_t w, uint64_t aux, uint cols, uint row, uint item, out float q[2][H], out vec2 so[2], out uint xi[2]) {
     uint b = row * (cols / 32) + item / 4;
     uint k = item % 4;
@@ -53,6 +61,10 @@ void load_item(uint64_t w, uint64_t aux, uint cols, uint row, uint item, out flo
 // A 32-block is 4 items of 8 consecutive quants (two 32-bit words).
 #define H 4
 uint items_per_row(uint cols) { return cols / 8; }
+void item_x(uint cols, uint item, out uint xi[2]) {
+    xi[0] = (item / 4) * 32 + (item % 4) * 8;
+    xi[1] = xi[0] + 4;
+}
 void load_item(uint64_t w, uint64_t aux, uint cols, uint row, uint item, out float q[2][H], out vec2 so[2], out uint xi[2]) {
     uint b = row * (cols / 32) + item / 4;
     uint k = item % 4;
@@ -71,6 +83,11 @@ void load_item(uint64_t w, uint64_t aux, uint cols, uint row, uint item, out flo
 // of 8 quant bytes: low nibbles are elements 64p + 8c.., high nibbles 64p + 32 + 8c...
 #define H 8
 uint items_per_row(uint cols) { return cols / 16; }
+void item_x(uint cols, uint item, out uint xi[2]) {
+    uint p = (item % 16) / 4;
+    xi[0] = (item / 16) * 256 + 64 * p + 8 * (item % 4);
+    xi[1] = xi[0] + 32;
+}
 void load_item(uint64_t w, uint64_t aux, uint cols, uint row, uint item, out float q[2][H], out vec2 so[2], out uint xi[2]) {
     uint sb = row * (cols / 256) + item / 16;
     uint p = (item % 16) / 4;
@@ -80,19 +97,8 @@ void load_item(uint64_t w, uint64_t aux, uint cols, uint row, uint item, out flo
     vec2 dmin = unpackHalf2x16(head.x);
     // The 6-bit scale and min of sub-blocks j = 2p and 2p + 1.
     [[unroll]] for (uint h = 0; h < 2; h++) {
-        uint j = 2 * p + h;
-        uint sj = (head[1 + j / 4] >> (8 * (j % 4))) & 0xFFu;
-        uint sj4 = (head[1 + (j + 4) / 4] >> (8 * ((j + 4) % 4))) & 0xFFu;
-        uint sc, mn;
-        if (j < 4) {
-            sc = sj & 63u;
-            mn = sj4 & 63u;
-        } else {
-            uint sjm4 = (head[1 + (j - 4) / 4] >> (8 * ((j - 4) % 4))) & 0xFFu;
-            sc = (sj4 & 0xFu) | ((sjm4 >> 6) << 4);
-            mn = (sj4 >> 4) | ((sj >> 6) << 4);
-        }
-        so[h] = vec2(dmin.x * float(sc), dmin.y * float(mn));
+        uvec2 sm = scale_min_k4(head.y, head.z, head.w, 2 * p + h);
+        so[h] = vec2(dmin.x * float(sm.x), dmin.y * float(sm.y));
         xi[h] = (item / 16) * 256 + 64 * p + 32 * h + 8 * c;
     }
     // Quant bytes 32p + 8c .. +8 of the super-block's 128 (which start 16 bytes in).
@@ -115,6 +121,12 @@ void load_item(uint64_t w, uint64_t aux, uint cols, uint row, uint item, out flo
 // two bits of all four groups.
 #define H 8
 uint items_per_row(uint cols) { return cols / 16; }
+void item_x(uint cols, uint item, out uint xi[2]) {
+    uint n = (item % 16) / 8;
+    uint g = (item % 8) / 4;
+    xi[0] = (item / 16) * 256 + 128 * n + 32 * g + 8 * (item % 4);
+    xi[1] = xi[0] + 64;
+}
 void load_item(uint64_t w, uint64_t aux, uint cols, uint row, uint item, out float q[2][H], out vec2 so[2], out uint xi[2]) {
     uint sb = row * (cols / 256) + item / 16;
     uint n = (item % 16) / 8;
