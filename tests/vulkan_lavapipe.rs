@@ -2,7 +2,7 @@
 //! logits against the CPU device (the reference), with the KV arena in device memory and with the
 //! CPU's host arena imported in place (prefill on the CPU, decode on Vulkan).
 //!
-//! Skipped when no usable Vulkan device is present, unless `STRATA_REQUIRE_VULKAN=1` (CI).
+//! Skipped when no usable Vulkan device is present, unless `REQUIRE_VULKAN_DEVICE=1` (CI).
 
 mod common;
 
@@ -15,7 +15,7 @@ use strata_model::sampling::{argmax, log_softmax, SamplingParams};
 fn vulkan_index() -> Option<u32> {
     let found = strata_gpu::vulkan::list_devices().unwrap_or_default().into_iter().find(|d| d.usable).map(|d| d.index);
     if found.is_none() {
-        assert!(std::env::var("STRATA_REQUIRE_VULKAN").map_or(true, |v| v != "1"), "STRATA_REQUIRE_VULKAN=1 but no usable Vulkan device");
+        assert!(std::env::var("REQUIRE_VULKAN_DEVICE").map_or(true, |v| v != "1"), "REQUIRE_VULKAN_DEVICE=1 but no usable Vulkan device");
         eprintln!("no usable Vulkan device: skipped");
     }
     found

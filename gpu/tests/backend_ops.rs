@@ -4,7 +4,7 @@
 //! threshold per weight type: the CPU multiplies 8-bit-quantized activations, Vulkan multiplies
 //! f32 activations.
 //!
-//! Set `STRATA_REQUIRE_VULKAN=1` (CI does) to fail when no Vulkan device is found instead of
+//! Set `REQUIRE_VULKAN_DEVICE=1` (CI does) to fail when no Vulkan device is found instead of
 //! checking the CPU alone.
 
 use std::sync::Arc;
@@ -18,7 +18,7 @@ use strata_model::RopeStyle;
 use strata_quant::{GgmlType, Kernels};
 
 fn require_vulkan() -> bool {
-    std::env::var("STRATA_REQUIRE_VULKAN").is_ok_and(|v| v == "1")
+    std::env::var("REQUIRE_VULKAN_DEVICE").is_ok_and(|v| v == "1")
 }
 
 fn backends() -> Vec<Box<dyn OpBackend>> {
@@ -29,7 +29,7 @@ fn backends() -> Vec<Box<dyn OpBackend>> {
         v.push(Box::new(VulkanOps::new(&ctx).expect("ops")));
     }
     if require_vulkan() {
-        assert!(v.len() > 1, "STRATA_REQUIRE_VULKAN=1 but no usable Vulkan device was found: {devices:?}");
+        assert!(v.len() > 1, "REQUIRE_VULKAN_DEVICE=1 but no usable Vulkan device was found: {devices:?}");
     }
     v
 }

@@ -80,12 +80,14 @@ fn load(config: &Config) -> Result<(Ready, SchedulerThread)> {
         &layout.hash_hex()[..16]
     );
     let max_context = engine.options().max_context;
-    let device = engine.device_name();
+    let (prefill_device, decode_device) = (engine.prefill_device_name(), engine.decode_device_name());
     eprintln!(
-        "device {device}: {:.1} MiB of weights (mapped in place), {:.1} MiB KV arena (host memory)",
+        "devices: prefill {prefill_device}, decode {decode_device}; {:.1} MiB of weights, {:.1} MiB KV arena ({})",
         model.weights.total_bytes() as f64 / 1048576.0,
-        arena_bytes as f64 / 1048576.0
+        arena_bytes as f64 / 1048576.0,
+        if decode_device.starts_with("vulkan") && prefill_device == decode_device && !engine.options().kv_in_host_memory { "device memory" } else { "host memory" }
     );
+    let device = engine.device_name();
     strata_actors::metrics::set_build_info(&config.model.served_name(), &device, &device);
     let opts = SchedulerOptions {
         max_queued: config.server.max_queued_requests,
@@ -94,8 +96,8 @@ fn load(config: &Config) -> Result<(Ready, SchedulerThread)> {
         request_timeout: if config.server.request_timeout_s == 0 { Duration::MAX } else { Duration::from_secs(config.server.request_timeout_s) },
         prefill_chunk: config.batching.prefill_chunk,
         timing_log: config.log.timing_log.clone(),
-        prefill_device: device.clone(),
-        decode_device: device.clone(),
+        prefill_device,
+        decode_device,
     };
     let scheduler = SchedulerThread::start(engine, opts).context("starting the scheduler")?;
     let served_name = config.model.served_name();

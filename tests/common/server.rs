@@ -37,10 +37,31 @@ pub struct TestServer {
     keep_dir: bool,
 }
 
+/// The `[devices]` table of the test configuration. The CPU for every suite but the one whose test
+/// binary is named `http_vulkan` (tests/http_vulkan.rs): it runs the same tests with prompts
+/// prefilled on the CPU and every generated token decoded on `vulkan:0`, over the one host KV
+/// arena. Without a usable Vulkan device that suite runs on the CPU (and fails under
+/// `REQUIRE_VULKAN_DEVICE=1`, as in CI).
+pub fn devices_toml() -> String {
+    let exe = std::env::current_exe().ok().and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned())).unwrap_or_default();
+    if exe.starts_with("http_vulkan") {
+        let found = strata_gpu::vulkan::list_devices().unwrap_or_default().into_iter().find(|d| d.usable);
+        match found {
+            Some(d) => return format!("prefill = \"cpu\"\ndecode = \"vulkan:{}\"\nprefill_min_tokens = 1\n", d.index),
+            None => {
+                assert!(std::env::var("REQUIRE_VULKAN_DEVICE").map_or(true, |v| v != "1"), "REQUIRE_VULKAN_DEVICE=1 but no usable Vulkan device");
+                eprintln!("no usable Vulkan device: the Vulkan suite runs on the CPU");
+            }
+        }
+    }
+    "prefill = \"cpu\"\ndecode = \"cpu\"\n".to_string()
+}
+
 /// The test configuration: config/examples/dev.toml's shape, the default model, 2 threads, a
 /// timing log in the server's temporary folder. `listen` comes from the environment.
 pub fn config_text(dir: &Path) -> String {
     let model = super::default_model();
+    let devices = devices_toml();
     format!(
         r#"# Written by tests/common/server.rs.
 [model]
@@ -52,9 +73,7 @@ max_queued_requests = 8
 request_timeout_s = 120
 
 [devices]
-prefill = "cpu"
-decode = "cpu"
-
+{devices}
 [batching]
 prefill_chunk = 2048
 ubatch = 256

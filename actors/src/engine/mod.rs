@@ -239,10 +239,10 @@ impl Engine {
         )?)
     }
 
-    /// The plan that runs `n_tokens` tokens (of one prompt, or of one step).
+    /// The plan that runs `n_tokens` prompt tokens (0: generated tokens).
     fn plan_for(&mut self, n_tokens: usize) -> &mut dyn ForwardPlan {
         match &mut self.decode_plan {
-            Some(d) if n_tokens < self.opts.prefill_min_tokens => d.as_mut(),
+            Some(d) if n_tokens == 0 || n_tokens < self.opts.prefill_min_tokens => d.as_mut(),
             _ => self.plan.as_mut(),
         }
     }
@@ -307,7 +307,9 @@ impl Engine {
 
     /// Runs one sequence's `tokens` in ubatch-sized steps; returns the last token's logits, or
     /// every token's when `all_logits`.
-    fn run_tokens(&mut self, seq: SeqId, tokens: &[u32], all_logits: bool) -> Result<Vec<f32>, EngineError> {
+    /// `decode`: the tokens are generated ones (they run on the decode device); prompt tokens run
+    /// on the prefill device from `prefill_min_tokens` on.
+    fn run_tokens(&mut self, seq: SeqId, tokens: &[u32], all_logits: bool, decode: bool) -> Result<Vec<f32>, EngineError> {
         let vocab = self.model.hparams.vocab_size;
         let step = if all_logits { self.opts.ubatch.min(self.opts.max_outputs) } else { self.opts.ubatch };
         let mut logits = Vec::new();
@@ -319,7 +321,7 @@ impl Engine {
             let output_rows: Vec<u32> = if all_logits { (0..chunk.len() as u32).collect() } else { vec![chunk.len() as u32 - 1] };
             let tables = [r.table.as_slice()];
             let batch = StepBatch { tokens: chunk, positions: &positions, seq_of_token: &seq_of_token, block_tables: &tables, output_rows: &output_rows };
-            let out = self.plan_for(n_total).forward(&batch)?;
+            let out = self.plan_for(if decode { 0 } else { n_total }).forward(&batch)?;
             if all_logits {
                 logits.extend_from_slice(out);
             } else {
@@ -340,7 +342,7 @@ impl Engine {
         self.check_prompt(tokens)?;
         let seq = self.new_seq();
         self.kv.start(seq, &[], Owner::Prefill)?;
-        let result = self.run_tokens(seq, tokens, true);
+        let result = self.run_tokens(seq, tokens, true, false);
         self.kv.end(seq, false)?;
         result
     }
@@ -380,7 +382,7 @@ impl Engine {
         on_token: &mut dyn FnMut(u32) -> Flow,
     ) -> Result<GenerationOutcome, EngineError> {
         let t0 = Instant::now();
-        let mut logits = self.run_tokens(seq, &prompt[reused..], false)?;
+        let mut logits = self.run_tokens(seq, &prompt[reused..], false, false)?;
         let prefill_ms = t0.elapsed().as_secs_f64() * 1e3;
         self.kv.hand_off(seq, Owner::Prefill, Owner::Decode)?;
         let t1 = Instant::now();
@@ -411,7 +413,7 @@ impl Engine {
             if tokens.len() == budget {
                 break;
             }
-            logits = self.run_tokens(seq, &[tok], false)?;
+            logits = self.run_tokens(seq, &[tok], false, true)?;
         }
         Ok(GenerationOutcome {
             tokens,
@@ -435,12 +437,12 @@ impl Engine {
         self.kv.start(seq, &[], Owner::Prefill)?;
         let result = (|| {
             let t0 = Instant::now();
-            let mut logits = if prompt.len() > 1 || n_gen == 0 { self.run_tokens(seq, prompt, false)? } else { Vec::new() };
+            let mut logits = if prompt.len() > 1 || n_gen == 0 { self.run_tokens(seq, prompt, false, false)? } else { Vec::new() };
             let prefill_ms = t0.elapsed().as_secs_f64() * 1e3;
             let t1 = Instant::now();
             let mut tok = if logits.is_empty() { prompt[0] } else { strata_model::sampling::argmax(&logits) };
             for _ in 0..n_gen {
-                logits = self.run_tokens(seq, &[tok], false)?;
+                logits = self.run_tokens(seq, &[tok], false, true)?;
                 tok = strata_model::sampling::argmax(&logits);
             }
             Ok((prefill_ms, t1.elapsed().as_secs_f64() * 1e3))
@@ -464,12 +466,12 @@ impl Engine {
             let vocab = self.model.hparams.vocab_size;
             let mut next = Vec::with_capacity(seqs.len());
             for (&seq, p) in seqs.iter().zip(prompts) {
-                let logits = self.run_tokens(seq, p, false)?;
+                let logits = self.run_tokens(seq, p, false, false)?;
                 next.push([strata_model::sampling::argmax(&logits)]);
             }
             let t0 = Instant::now();
             for _ in 0..n_gen {
-                let work: Vec<SeqStep<'_>> = seqs.iter().zip(&next).map(|(&seq, t)| SeqStep { seq, tokens: t, want_logits: true }).collect();
+                let work: Vec<SeqStep<'_>> = seqs.iter().zip(&next).map(|(&seq, t)| SeqStep { seq, tokens: t, want_logits: true, decode: true }).collect();
                 let out = self.step(&work)?;
                 if let Some(StepStatus::Deferred | StepStatus::Failed(_)) = out.status.iter().find(|s| !matches!(s, StepStatus::Ran { .. })) {
                     return Err(EngineError::Device(DeviceError::BadBatch("the KV arena cannot hold every benchmark sequence".into())));
@@ -520,26 +522,29 @@ impl Engine {
     /// A device error or a stopped broker; no entry's tokens are then committed.
     pub fn step(&mut self, work: &[SeqStep<'_>]) -> Result<StepOutcome, EngineError> {
         let reservations = self.kv.reserve_batch(work.iter().map(|w| (w.seq, w.tokens.len())).collect())?;
+        // With two devices, decode entries run on the decode device; prompt entries run on the
+        // prefill device when the step holds at least `prefill_min_tokens` prompt tokens, else on
+        // the decode device. The two parts share the KV arena (different sequences' cells).
+        let prompt_tokens: usize = work.iter().filter(|w| !w.decode).map(|w| w.tokens.len()).sum();
+        let prompts_on_prefill = prompt_tokens >= self.opts.prefill_min_tokens;
+        let on_prefill_device = |w: &SeqStep<'_>| self.decode_plan.is_none() || (!w.decode && prompts_on_prefill);
         let mut status = Vec::with_capacity(work.len());
-        let mut tokens = Vec::new();
-        let mut positions = Vec::new();
-        let mut seq_of_token = Vec::new();
-        let mut tables: Vec<Vec<u32>> = Vec::new();
-        let mut output_rows = Vec::new();
+        let mut parts = [StepPart::default(), StepPart::default()];
         let mut commits = Vec::new();
-        for (w, r) in work.iter().zip(reservations) {
+        for (i, (w, r)) in work.iter().zip(reservations).enumerate() {
             match r {
                 Ok(r) if !w.tokens.is_empty() => {
-                    let idx = tables.len() as u32;
-                    tables.push(r.table);
-                    tokens.extend_from_slice(w.tokens);
-                    positions.extend((r.start_pos..r.start_pos + w.tokens.len()).map(|p| p as u32));
-                    seq_of_token.extend(std::iter::repeat_n(idx, w.tokens.len()));
-                    let row = w.want_logits.then(|| {
-                        output_rows.push(tokens.len() as u32 - 1);
-                        output_rows.len() - 1
-                    });
-                    status.push(StepStatus::Ran { logits_row: row });
+                    let part = &mut parts[usize::from(!on_prefill_device(w))];
+                    let idx = part.tables.len() as u32;
+                    part.tables.push(r.table);
+                    part.tokens.extend_from_slice(w.tokens);
+                    part.positions.extend((r.start_pos..r.start_pos + w.tokens.len()).map(|p| p as u32));
+                    part.seq_of_token.extend(std::iter::repeat_n(idx, w.tokens.len()));
+                    if w.want_logits {
+                        part.output_rows.push(part.tokens.len() as u32 - 1);
+                        part.entries.push(i);
+                    }
+                    status.push(StepStatus::Ran { logits_row: None });
                     commits.push((w.seq, w.tokens.to_vec()));
                 }
                 Ok(_) => status.push(StepStatus::Ran { logits_row: None }),
@@ -547,19 +552,37 @@ impl Engine {
                 Err(e) => status.push(StepStatus::Failed(e.to_string())),
             }
         }
-        if tokens.is_empty() {
-            return Ok(StepOutcome { logits: Vec::new(), status });
+        let vocab = self.model.hparams.vocab_size;
+        let mut rows_by_entry: Vec<Option<Vec<f32>>> = vec![None; work.len()];
+        for (which, part) in parts.iter_mut().enumerate() {
+            if part.tokens.is_empty() {
+                continue;
+            }
+            let table_refs: Vec<&[u32]> = part.tables.iter().map(Vec::as_slice).collect();
+            // The plan returns at least one row; with none wanted, ask for the last and drop it.
+            let wanted = !part.output_rows.is_empty();
+            if !wanted {
+                part.output_rows.push(part.tokens.len() as u32 - 1);
+            }
+            let batch = StepBatch { tokens: &part.tokens, positions: &part.positions, seq_of_token: &part.seq_of_token, block_tables: &table_refs, output_rows: &part.output_rows };
+            let plan: &mut dyn ForwardPlan = match (&mut self.decode_plan, which) {
+                (Some(d), 1) => d.as_mut(),
+                _ => self.plan.as_mut(),
+            };
+            let out = plan.forward(&batch)?;
+            if wanted {
+                for (k, &entry) in part.entries.iter().enumerate() {
+                    rows_by_entry[entry] = Some(out[k * vocab..(k + 1) * vocab].to_vec());
+                }
+            }
         }
-        let table_refs: Vec<&[u32]> = tables.iter().map(Vec::as_slice).collect();
-        // The plan returns at least one row; with none wanted, ask for the last and drop it.
-        let wanted = !output_rows.is_empty();
-        if !wanted {
-            output_rows.push(tokens.len() as u32 - 1);
+        let mut logits = Vec::new();
+        for (entry, row) in rows_by_entry.into_iter().enumerate() {
+            if let Some(row) = row {
+                status[entry] = StepStatus::Ran { logits_row: Some(logits.len() / vocab) };
+                logits.extend_from_slice(&row);
+            }
         }
-        let batch = StepBatch { tokens: &tokens, positions: &positions, seq_of_token: &seq_of_token, block_tables: &table_refs, output_rows: &output_rows };
-        let n_step = tokens.len();
-        let out = self.plan_for(n_step).forward(&batch)?;
-        let logits = if wanted { out.to_vec() } else { Vec::new() };
         self.kv.commit_batch(commits)?;
         Ok(StepOutcome { logits, status })
     }
@@ -570,10 +593,24 @@ impl Engine {
     }
 }
 
+/// The tokens of one device's share of a step.
+#[derive(Default)]
+struct StepPart {
+    tokens: Vec<u32>,
+    positions: Vec<u32>,
+    seq_of_token: Vec<u32>,
+    tables: Vec<Vec<u32>>,
+    output_rows: Vec<u32>,
+    /// The entry of each output row.
+    entries: Vec<usize>,
+}
+
 /// One sequence's share of a batched [`Engine::step`].
 #[derive(Clone, Copy, Debug)]
 pub struct SeqStep<'a> {
     pub seq: SeqId,
     pub tokens: &'a [u32],
     pub want_logits: bool,
+    /// A generated token (decode), not prompt tokens: it runs on the decode device.
+    pub decode: bool,
 }

@@ -437,10 +437,10 @@ impl Scheduler {
                 .map(|(i, range)| {
                     let r = &running[*i];
                     match &r.phase {
-                        Phase::Decode { next } => SeqStep { seq: r.seq, tokens: std::slice::from_ref(next), want_logits: true },
+                        Phase::Decode { next } => SeqStep { seq: r.seq, tokens: std::slice::from_ref(next), want_logits: true, decode: true },
                         Phase::Prefill { done } => {
                             let end = done + range.len();
-                            SeqStep { seq: r.seq, tokens: &r.req.prompt[*done..end], want_logits: end == r.req.prompt.len() }
+                            SeqStep { seq: r.seq, tokens: &r.req.prompt[*done..end], want_logits: end == r.req.prompt.len(), decode: false }
                         }
                     }
                 })

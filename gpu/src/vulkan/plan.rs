@@ -48,7 +48,7 @@ pub(crate) fn matvec_kernel(ctx: &VulkanContext, format: WeightFormat, n_tokens:
 const MATVEC_TOKENS_PER_GROUP: usize = 4;
 /// Positions per attention split at least (a workgroup walks them in tiles of 128).
 const ATTENTION_SPLIT_MIN: usize = 128;
-const ATTENTION_MAX_SPLITS: usize = 64;
+const ATTENTION_MAX_SPLITS: usize = 128;
 /// Limits of shaders/attention.comp.
 const ATTENTION_MAX_GROUP: usize = 8;
 const ATTENTION_MAX_HEAD_DIM: usize = 256;
@@ -318,7 +318,7 @@ impl VulkanPlan {
             Rows::Tokens => opts.max_batch_tokens,
             Rows::Outputs => opts.max_outputs,
         };
-        let split_budget = opts.max_batch_tokens.max(1024);
+        let split_budget = opts.max_batch_tokens.max(8192);
         let mut sizes: Vec<u64> = graph.buffers.iter().map(|b| (rows_of(b.rows) * b.width * 4) as u64).collect();
         sizes.push((split_budget * hp.n_heads * (hp.head_dim + 2) * 4) as u64);
         let half = hp.rope_dims / 2;
@@ -412,10 +412,15 @@ impl VulkanPlan {
         if let Some(p) = b.positions.iter().find(|&&p| p as usize >= self.opts.max_context) {
             return Err(DeviceError::BadBatch(format!("position {p} is beyond the context of {}", self.opts.max_context)));
         }
+        // Splits of a fixed length, doubled only while the step's splits would overflow the
+        // scratch: a token's attention is then summed in the same order whatever else is in the
+        // step (batch invariance), for every decode batch.
         let max_len = b.positions.iter().map(|&p| p as usize + 1).max().unwrap_or(1);
-        let mut n_splits = max_len.div_ceil(ATTENTION_SPLIT_MIN).clamp(1, ATTENTION_MAX_SPLITS);
-        n_splits = n_splits.min((self.split_budget / n).max(1));
-        let split_len = max_len.div_ceil(n_splits);
+        let mut split_len = ATTENTION_SPLIT_MIN;
+        while n * max_len.div_ceil(split_len) > self.split_budget || max_len.div_ceil(split_len) > ATTENTION_MAX_SPLITS {
+            split_len *= 2;
+        }
+        let n_splits = max_len.div_ceil(split_len);
         let hp = &self.graph.hparams;
         let header = [n_splits as u32, split_len as u32, 0, 0, hp.n_kv_heads as u32, n_splits as u32, n as u32, 0];
         let bytes = self.params.mapped_mut().ok_or_else(|| unsupported(&self.ctx, "the parameter buffer is not mapped".into()))?;
