@@ -12,6 +12,10 @@ const PLAIN: &[&str] = &["rms_norm", "rope", "store_kv", "attention", "attention
 fn main() {
     println!("cargo:rerun-if-changed={SHADER_DIR}");
     println!("cargo:rerun-if-env-changed=GLSLC");
+    println!("cargo:rerun-if-env-changed=STRATA_MATVEC1_ROWS");
+    // Rows per subgroup of the one-token matrix-vector kernel (a tuning knob for experiments).
+    let rows1 = std::env::var("STRATA_MATVEC1_ROWS").ok().and_then(|v| v.parse::<u32>().ok()).filter(|r| (1..=8).contains(r)).unwrap_or(4);
+    println!("cargo:rustc-env=STRATA_MATVEC1_ROWS={rows1}");
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
     let glslc = std::env::var("GLSLC").unwrap_or_else(|_| "glslc".to_string());
     for name in PLAIN {
@@ -21,7 +25,7 @@ fn main() {
         compile_with(&glslc, "quantize_act", &format!("quantize_act_{act}"), &[define], &out);
     }
     for ty in TYPES {
-        compile_with(&glslc, "matvec", &format!("matvec1_{}", ty.to_lowercase()), &[&format!("TYPE_{ty}"), "NT=1"], &out);
+        compile_with(&glslc, "matvec", &format!("matvec1_{}", ty.to_lowercase()), &[&format!("TYPE_{ty}"), "NT=1", &format!("ROWS1={rows1}")], &out);
     }
     for name in PER_TYPE {
         for ty in TYPES {

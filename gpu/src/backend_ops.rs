@@ -37,6 +37,7 @@ pub trait OpBackend {
     /// RMSNorm of each `width`-wide row of `x`.
     fn rms_norm(&mut self, x: &[f32], weight: &[f32], eps: f32) -> Result<Vec<f32>, DeviceError>;
     /// Rotary embedding of each head of each row (`n_heads * head_dim` wide) at its position.
+    #[allow(clippy::too_many_arguments)]
     fn rope(&mut self, x: &[f32], n_heads: usize, head_dim: usize, rope_dims: usize, base: f32, positions: &[u32], style: RopeStyle) -> Result<Vec<f32>, DeviceError>;
     fn swiglu(&mut self, gate: &[f32], up: &[f32]) -> Result<Vec<f32>, DeviceError>;
     fn add(&mut self, acc: &[f32], other: &[f32]) -> Result<Vec<f32>, DeviceError>;

@@ -15,6 +15,8 @@ pub const EXT_EXTERNAL_MEMORY_FD: &CStr = c"VK_KHR_external_memory_fd";
 pub const EXT_EXTERNAL_MEMORY_DMA_BUF: &CStr = c"VK_EXT_external_memory_dma_buf";
 pub const EXT_INTEGER_DOT_PRODUCT: &CStr = c"VK_KHR_shader_integer_dot_product";
 pub const EXT_COOPERATIVE_MATRIX: &CStr = c"VK_KHR_cooperative_matrix";
+/// Compiler statistics of pipelines (register counts), printed under `STRATA_VULKAN_PROFILE=1`.
+pub const EXT_PIPELINE_EXECUTABLE_PROPERTIES: &CStr = c"VK_KHR_pipeline_executable_properties";
 const OPTIONAL_EXTENSIONS: [&CStr; 5] = [EXT_EXTERNAL_MEMORY_HOST, EXT_EXTERNAL_MEMORY_FD, EXT_EXTERNAL_MEMORY_DMA_BUF, EXT_INTEGER_DOT_PRODUCT, EXT_COOPERATIVE_MATRIX];
 
 /// What `strata-rt devices` prints about one Vulkan device, and what the plan needs to know.
@@ -73,6 +75,8 @@ pub struct VulkanContext {
     pub(crate) memory_properties: vk::PhysicalDeviceMemoryProperties,
     pub(crate) host_import: Option<ash::ext::external_memory_host::Device>,
     pub(crate) memory_fd: Option<ash::khr::external_memory_fd::Device>,
+    /// Present when profiling asked for pipeline statistics and the driver has them.
+    pub(crate) pipeline_stats: Option<ash::khr::pipeline_executable_properties::Device>,
 }
 
 fn load_entry() -> Result<ash::Entry, DeviceError> {
@@ -196,10 +200,20 @@ impl VulkanContext {
                 extensions.push(ext.as_ptr());
             }
         }
+        let profile = std::env::var("STRATA_VULKAN_PROFILE").is_ok_and(|v| v == "1");
+        // SAFETY: as above.
+        let has_stats = profile && unsafe { instance.enumerate_device_extension_properties(pd) }.is_ok_and(|e| e.iter().any(|x| x.extension_name_as_c_str().is_ok_and(|n| n == EXT_PIPELINE_EXECUTABLE_PROPERTIES)));
+        if has_stats {
+            extensions.push(EXT_PIPELINE_EXECUTABLE_PROPERTIES.as_ptr());
+        }
+        let mut stats_features = vk::PhysicalDevicePipelineExecutablePropertiesFeaturesKHR::default().pipeline_executable_info(true);
         let features = vk::PhysicalDeviceFeatures::default().shader_int64(true).shader_int16(true);
         let mut f11 = vk::PhysicalDeviceVulkan11Features::default().storage_buffer16_bit_access(true);
         let mut f12 = vk::PhysicalDeviceVulkan12Features::default().buffer_device_address(true).shader_float16(true).shader_int8(true).storage_buffer8_bit_access(true);
-        let create = vk::DeviceCreateInfo::default().queue_create_infos(&queues).enabled_extension_names(&extensions).enabled_features(&features).push_next(&mut f11).push_next(&mut f12);
+        let mut create = vk::DeviceCreateInfo::default().queue_create_infos(&queues).enabled_extension_names(&extensions).enabled_features(&features).push_next(&mut f11).push_next(&mut f12);
+        if has_stats {
+            create = create.push_next(&mut stats_features);
+        }
         // SAFETY: `pd` belongs to the instance; the create info and its chain outlive the call;
         // every feature and extension enabled was checked present above.
         let device = unsafe { instance.create_device(pd, &create, None) }.map_err(|e| vk_error(&name, "vkCreateDevice", e))?;
@@ -209,8 +223,9 @@ impl VulkanContext {
         let memory_properties = unsafe { instance.get_physical_device_memory_properties(pd) };
         let host_import = info.has(EXT_EXTERNAL_MEMORY_HOST).then(|| ash::ext::external_memory_host::Device::new(instance, &device));
         let memory_fd = info.has(EXT_EXTERNAL_MEMORY_FD).then(|| ash::khr::external_memory_fd::Device::new(instance, &device));
+        let pipeline_stats = has_stats.then(|| ash::khr::pipeline_executable_properties::Device::new(instance, &device));
         tracing::info!(device = %name, gpu = %info.name, driver = %info.driver, subgroup = info.subgroup_size, "Vulkan device opened");
-        Ok(VulkanContext { _entry: entry, instance: instance.clone(), device, queue, queue_family, info, memory_properties, host_import, memory_fd })
+        Ok(VulkanContext { _entry: entry, instance: instance.clone(), device, queue, queue_family, info, memory_properties, host_import, memory_fd, pipeline_stats })
     }
 
     /// The device's description.

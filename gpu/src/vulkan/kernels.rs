@@ -189,12 +189,16 @@ impl Pipelines {
         // SAFETY: valid SPIR-V produced by glslc at build time.
         let module = unsafe { d.create_shader_module(&vk::ShaderModuleCreateInfo::default().code(&words), None) }.map_err(|e| vk_error(&name, "vkCreateShaderModule", e))?;
         let stage = vk::PipelineShaderStageCreateInfo::default().stage(vk::ShaderStageFlags::COMPUTE).module(module).name(c"main");
-        let info = vk::ComputePipelineCreateInfo::default().stage(stage).layout(self.layout);
+        let mut info = vk::ComputePipelineCreateInfo::default().stage(stage).layout(self.layout);
+        if self.ctx.pipeline_stats.is_some() {
+            info = info.flags(vk::PipelineCreateFlags::CAPTURE_STATISTICS_KHR);
+        }
         // SAFETY: the module and layout are live; the create info outlives the call.
         let created = unsafe { d.create_compute_pipelines(vk::PipelineCache::null(), &[info], None) };
         match created {
             Ok(p) => {
                 self.pipelines.insert(k, (module, p[0]));
+                self.print_statistics(k, p[0]);
                 Ok(p[0])
             }
             Err((_, e)) => {
@@ -203,6 +207,29 @@ impl Pipelines {
                 Err(vk_error(&name, "vkCreateComputePipelines", e))
             }
         }
+    }
+
+    /// The compiler's statistics of a pipeline (registers, ...), when profiling asked for them.
+    fn print_statistics(&self, k: Kernel, pipeline: vk::Pipeline) {
+        let Some(ext) = &self.ctx.pipeline_stats else { return };
+        let info = vk::PipelineExecutableInfoKHR::default().pipeline(pipeline).executable_index(0);
+        // SAFETY: a live pipeline created with CAPTURE_STATISTICS.
+        let Ok(stats) = (unsafe { ext.get_pipeline_executable_statistics(&info) }) else { return };
+        let mut line = format!("pipeline {k:?}:");
+        for s in &stats {
+            let name = s.name_as_c_str().map(|c| c.to_string_lossy().into_owned()).unwrap_or_default();
+            // SAFETY: the union member read matches the statistic's declared format.
+            let value = unsafe {
+                match s.format {
+                    vk::PipelineExecutableStatisticFormatKHR::BOOL32 => format!("{}", s.value.b32),
+                    vk::PipelineExecutableStatisticFormatKHR::INT64 => format!("{}", s.value.i64),
+                    vk::PipelineExecutableStatisticFormatKHR::UINT64 => format!("{}", s.value.u64),
+                    _ => format!("{}", s.value.f64),
+                }
+            };
+            line.push_str(&format!(" {name}={value}"));
+        }
+        eprintln!("{line}");
     }
 
     /// The pipeline layout.

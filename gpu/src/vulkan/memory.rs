@@ -139,7 +139,7 @@ impl Buffer {
         let name = ctx.name();
         let ext = ctx.host_import.as_ref().ok_or_else(|| DeviceError::Unsupported { device: name.clone(), what: "VK_EXT_external_memory_host (importing host memory)".into() })?;
         let align = ctx.info.min_imported_host_alignment.max(1);
-        if ptr as u64 % align != 0 || len % align != 0 {
+        if !(ptr as u64).is_multiple_of(align) || !len.is_multiple_of(align) {
             return Err(DeviceError::Unsupported { device: name, what: format!("host memory at {ptr:p} of {len} bytes is not aligned to the {align} bytes the driver imports") });
         }
         let handle = vk::ExternalMemoryHandleTypeFlags::HOST_ALLOCATION_EXT;

@@ -42,7 +42,9 @@ const MATVEC_MAX_TOKENS: usize = 8;
 /// its 128 invocations owns 4 rows (one token) or 2 rows (more) (shaders/matvec.comp).
 pub(crate) fn matvec_kernel(ctx: &VulkanContext, format: WeightFormat, n_tokens: usize) -> (Kernel, usize) {
     let subgroups = 128 / ctx.info.subgroup_size.clamp(1, 128) as usize;
-    if n_tokens == 1 { (Kernel::MatVec1(format), subgroups * 4) } else { (Kernel::MatVec(format), subgroups * 2) }
+    // The build's rows per subgroup of the one-token kernel (build.rs, STRATA_MATVEC1_ROWS).
+    let rows1: usize = env!("STRATA_MATVEC1_ROWS").parse().unwrap_or(4);
+    if n_tokens == 1 { (Kernel::MatVec1(format), subgroups * rows1) } else { (Kernel::MatVec(format), subgroups * 2) }
 }
 /// Tokens per matrix-vector pass.
 const MATVEC_TOKENS_PER_GROUP: usize = 4;
@@ -258,7 +260,7 @@ impl VulkanPlan {
     pub fn compile(ctx: &Arc<VulkanContext>, graph: ForwardGraph, file: &GgufFile, kv: KvSource, opts: VulkanOptions) -> Result<VulkanPlan, DeviceError> {
         let hp = graph.hparams.clone();
         let group = hp.n_heads / hp.n_kv_heads.max(1);
-        if group > ATTENTION_MAX_GROUP || hp.head_dim > ATTENTION_MAX_HEAD_DIM || hp.head_dim % 4 != 0 || group * hp.head_dim > ATTENTION_MAX_Q || hp.n_heads % hp.n_kv_heads.max(1) != 0 {
+        if group > ATTENTION_MAX_GROUP || hp.head_dim > ATTENTION_MAX_HEAD_DIM || !hp.head_dim.is_multiple_of(4) || group * hp.head_dim > ATTENTION_MAX_Q || !hp.n_heads.is_multiple_of(hp.n_kv_heads.max(1)) {
             return Err(unsupported(ctx, format!("attention with {} query heads per KV head of {} dimensions (the shader takes up to {ATTENTION_MAX_GROUP} heads of a multiple of 4 up to {ATTENTION_MAX_HEAD_DIM} dimensions)", group, hp.head_dim)));
         }
         let (kv, kv_host) = match kv {

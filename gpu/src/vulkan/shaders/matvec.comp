@@ -12,7 +12,11 @@
 #define NT 4
 #endif
 #if NT == 1
+#ifdef ROWS1
+#define ROWS ROWS1
+#else
 #define ROWS 4
+#endif
 #else
 #define ROWS 2
 #endif

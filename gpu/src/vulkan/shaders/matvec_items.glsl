@@ -27,18 +27,17 @@ void load_item(uint64_t w, uint64_t aux, uint cols, uint row, uint item, out flo
     }
 }
 #elif defined(TYPE_Q4_0) || defined(TYPE_Q4_1)
-// A 32-block is 4 items: item k takes quant byte word k (bytes 4k..4k+3): its low nibbles are
-// elements 4k..4k+3, its high nibbles elements 16+4k..16+4k+3.
-#define H 4
-uint items_per_row(uint cols) { return cols / 8; }
+// An item is a whole 32-block: one 16-byte load of its quants; low nibbles are elements 0..15,
+// high nibbles 16..31.
+#define H 16
+uint items_per_row(uint cols) { return cols / 32; }
 void item_x(uint cols, uint item, out uint xi[2]) {
-    xi[0] = (item / 4) * 32 + 4 * (item % 4);
-    xi[1] = xi[0] + 16;
+    xi[0] = item * 32;
+    xi[1] = item * 32 + 16;
 }
 void load_item(uint64_t w, uint64_t aux, uint cols, uint row, uint item, out float q[2][H], out vec2 so[2], out uint xi[2]) {
-    uint b = row * (cols / 32) + item / 4;
-    uint k = item % 4;
-    uint word = U32s(w).v[b * 4 + k];
+    uint b = row * (cols / 32) + item;
+    uvec4 qs = U32x4s(w).v[b];
 #if defined(TYPE_Q4_0)
     float d = float(F16s(aux).v[b]);
     vec2 s = vec2(d, 8.0 * d);
@@ -46,73 +45,68 @@ void load_item(uint64_t w, uint64_t aux, uint cols, uint row, uint item, out flo
     vec2 dm = unpackHalf2x16(U32s(aux).v[b]);
     vec2 s = vec2(dm.x, -dm.y);
 #endif
-    uint x0 = (item / 4) * 32 + 4 * k;
-    [[unroll]] for (uint i = 0; i < 4; i++) {
-        uint byte = (word >> (8 * i)) & 0xFFu;
-        q[0][i] = float(byte & 15u);
-        q[1][i] = float(byte >> 4);
+    [[unroll]] for (uint wi = 0; wi < 4; wi++) {
+        [[unroll]] for (uint i = 0; i < 4; i++) {
+            uint byte = (qs[wi] >> (8 * i)) & 0xFFu;
+            q[0][wi * 4 + i] = float(byte & 15u);
+            q[1][wi * 4 + i] = float(byte >> 4);
+        }
     }
     so[0] = s;
     so[1] = s;
-    xi[0] = x0;
-    xi[1] = x0 + 16;
+    item_x(cols, item, xi);
 }
 #elif defined(TYPE_Q8_0)
-// A 32-block is 4 items of 8 consecutive quants (two 32-bit words).
-#define H 4
-uint items_per_row(uint cols) { return cols / 8; }
+// An item is a whole 32-block: two 16-byte loads of its quants.
+#define H 16
+uint items_per_row(uint cols) { return cols / 32; }
 void item_x(uint cols, uint item, out uint xi[2]) {
-    xi[0] = (item / 4) * 32 + (item % 4) * 8;
-    xi[1] = xi[0] + 4;
+    xi[0] = item * 32;
+    xi[1] = item * 32 + 16;
 }
 void load_item(uint64_t w, uint64_t aux, uint cols, uint row, uint item, out float q[2][H], out vec2 so[2], out uint xi[2]) {
-    uint b = row * (cols / 32) + item / 4;
-    uint k = item % 4;
+    uint b = row * (cols / 32) + item;
     float d = float(F16s(aux).v[b]);
     [[unroll]] for (uint h = 0; h < 2; h++) {
-        uint word = U32s(w).v[b * 8 + k * 2 + h];
-        [[unroll]] for (uint i = 0; i < 4; i++) {
-            q[h][i] = float(int(word << (24 - 8 * i)) >> 24);
+        uvec4 qs = U32x4s(w).v[2 * b + h];
+        [[unroll]] for (uint wi = 0; wi < 4; wi++) {
+            [[unroll]] for (uint i = 0; i < 4; i++) {
+                q[h][wi * 4 + i] = float(int(qs[wi] << (24 - 8 * i)) >> 24);
+            }
         }
         so[h] = vec2(d, 0.0);
-        xi[h] = (item / 4) * 32 + k * 8 + h * 4;
     }
+    item_x(cols, item, xi);
 }
 #elif defined(TYPE_Q4_K)
-// A 256-element super-block is 16 items: item (p, c) for pair p (sub-blocks 2p, 2p+1) and chunk c
-// of 8 quant bytes: low nibbles are elements 64p + 8c.., high nibbles 64p + 32 + 8c...
-#define H 8
-uint items_per_row(uint cols) { return cols / 16; }
+// An item is one 32-element sub-block j of a 256-element super-block: its quants are one nibble of
+// the 32 bytes its pair (j, j ^ 1) shares (two 16-byte loads; the neighbouring invocation reads the
+// same bytes for the other nibble, from the cache), its scale and min come from the header.
+#define H 16
+uint items_per_row(uint cols) { return cols / 32; }
 void item_x(uint cols, uint item, out uint xi[2]) {
-    uint p = (item % 16) / 4;
-    xi[0] = (item / 16) * 256 + 64 * p + 8 * (item % 4);
-    xi[1] = xi[0] + 32;
+    xi[0] = item * 32;
+    xi[1] = item * 32 + 16;
 }
 void load_item(uint64_t w, uint64_t aux, uint cols, uint row, uint item, out float q[2][H], out vec2 so[2], out uint xi[2]) {
-    uint sb = row * (cols / 256) + item / 16;
-    uint p = (item % 16) / 4;
-    uint c = item % 4;
+    uint sb = row * (cols / 256) + item / 8;
+    uint j = item % 8;
     U32x4s blocks = U32x4s(w);
     uvec4 head = blocks.v[sb * 9];
     vec2 dmin = unpackHalf2x16(head.x);
-    // The 6-bit scale and min of sub-blocks j = 2p and 2p + 1.
+    uvec2 sm = scale_min_k4(head.y, head.z, head.w, j);
+    vec2 s = vec2(dmin.x * float(sm.x), dmin.y * float(sm.y));
+    uint shift = (j % 2) * 4;
     [[unroll]] for (uint h = 0; h < 2; h++) {
-        uvec2 sm = scale_min_k4(head.y, head.z, head.w, 2 * p + h);
-        so[h] = vec2(dmin.x * float(sm.x), dmin.y * float(sm.y));
-        xi[h] = (item / 16) * 256 + 64 * p + 32 * h + 8 * c;
+        uvec4 qs = blocks.v[sb * 9 + 1 + 2 * (j / 2) + h];
+        [[unroll]] for (uint wi = 0; wi < 4; wi++) {
+            [[unroll]] for (uint i = 0; i < 4; i++) {
+                q[h][wi * 4 + i] = float((qs[wi] >> (8 * i + shift)) & 15u);
+            }
+        }
+        so[h] = s;
     }
-    // Quant bytes 32p + 8c .. +8 of the super-block's 128 (which start 16 bytes in).
-    uint base = (sb * 144 + 16 + 32 * p + 8 * c) / 4;
-    uint w0 = U32s(w).v[base];
-    uint w1 = U32s(w).v[base + 1];
-    [[unroll]] for (uint i = 0; i < 4; i++) {
-        uint b0 = (w0 >> (8 * i)) & 0xFFu;
-        uint b1 = (w1 >> (8 * i)) & 0xFFu;
-        q[0][i] = float(b0 & 15u);
-        q[0][i + 4] = float(b1 & 15u);
-        q[1][i] = float(b0 >> 4);
-        q[1][i + 4] = float(b1 >> 4);
-    }
+    item_x(cols, item, xi);
 }
 #elif defined(TYPE_Q6_K)
 // A super-block (repacked: ql[128], qh[64], scales[16] at `w`, d at `aux`) is 16 items: item
