@@ -57,6 +57,11 @@ pub fn devices_toml() -> String {
     "prefill = \"cpu\"\ndecode = \"cpu\"\n".to_string()
 }
 
+/// Whether this suite's server prefills on one device and decodes on another.
+pub fn split_devices() -> bool {
+    !devices_toml().contains("decode = \"cpu\"")
+}
+
 /// The test configuration: config/examples/dev.toml's shape, the default model, 2 threads, a
 /// timing log in the server's temporary folder. `listen` comes from the environment.
 pub fn config_text(dir: &Path) -> String {
