@@ -333,3 +333,40 @@ fn vulkan_rounds_activations_exactly_as_the_cpu_quantizes_them() {
         }
     }
 }
+
+#[test]
+fn a_vulkan_kv_arena_exported_as_opaque_fds_is_imported_in_place_by_another_device() {
+    use strata_gpu::vulkan::memory::Origin;
+    use strata_gpu::vulkan::VulkanKvMemory;
+    let devices = strata_gpu::vulkan::list_devices().unwrap_or_default();
+    let Some(d) = devices.iter().find(|d| d.usable && d.has(strata_gpu::vulkan::context::EXT_EXTERNAL_MEMORY_FD)) else {
+        assert!(!require_vulkan(), "no Vulkan device with VK_KHR_external_memory_fd");
+        return;
+    };
+    // Two logical devices: the exporter (as the native prefill device would be) and the importer.
+    let exporter = VulkanContext::new(d.index).expect("open");
+    let importer = VulkanContext::new(d.index).expect("open again");
+    let shape = KvShape { n_layers: 2, n_kv_heads: 2, head_dim: 64, dtype: KvDtype::F16 };
+    let mut p = LayoutParams::new(shape, 256);
+    p.chunk_limit_bytes = 256 * 2 * 64 * 2;
+    let layout = KvLayout::compute(&p).expect("layout");
+    assert!(layout.chunks.len() > 1, "several chunks");
+    let mine = VulkanKvMemory::allocate(&exporter, &layout).expect("allocate");
+    let data: Vec<u8> = (0..4096u32).map(|i| (i * 7 % 251) as u8).collect();
+    mine.write_bytes(1, 4096, &data).expect("write");
+    // A layout that differs is refused, naming both.
+    let mut other = p.clone();
+    other.n_cells = 128;
+    let err = match unsafe { VulkanKvMemory::import(&importer, &KvLayout::compute(&other).expect("layout"), mine.export().expect("export")) } {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("a mismatched layout imports"),
+    };
+    assert!(err.contains("128") && err.contains("256"), "{err}");
+    // SAFETY: opaque fds carry their own reference to the memory.
+    let theirs = unsafe { VulkanKvMemory::import(&importer, &layout, mine.export().expect("export")) }.expect("import");
+    assert!(theirs.origins().iter().all(|o| *o == Origin::OpaqueFd));
+    assert_eq!(theirs.read_bytes(1, 4096, 4096).expect("read"), data, "the importer reads the exporter's bytes");
+    // And the other way: what the importer writes, the exporter reads (one memory, no copy).
+    theirs.write_bytes(0, 0, &data[..1024]).expect("write");
+    assert_eq!(mine.read_bytes(0, 0, 1024).expect("read"), &data[..1024]);
+}

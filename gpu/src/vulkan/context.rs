@@ -119,6 +119,7 @@ fn describe(instance: &ash::Instance, index: u32, pd: vk::PhysicalDevice) -> Res
         && f12.shader_float16 == vk::TRUE
         && f12.shader_int8 == vk::TRUE
         && f12.storage_buffer8_bit_access == vk::TRUE
+        && f12.timeline_semaphore == vk::TRUE
         && f11.storage_buffer16_bit_access == vk::TRUE
         && core.shader_int64 == vk::TRUE
         && core.shader_int16 == vk::TRUE;
@@ -184,7 +185,7 @@ impl VulkanContext {
         let &pd = pds.get(index as usize).ok_or_else(|| DeviceError::NotAvailable(format!("{name} (this machine has {} Vulkan devices; `strata-rt devices` lists them)", pds.len())))?;
         let info = describe(instance, index, pd)?;
         if !info.usable {
-            return Err(DeviceError::Unsupported { device: name, what: format!("{} lacks Vulkan 1.2 with buffer device addresses, 8/16-bit storage and float16/int8/int16/int64 shader arithmetic", info.name) });
+            return Err(DeviceError::Unsupported { device: name, what: format!("{} lacks Vulkan 1.2 with buffer device addresses, timeline semaphores, 8/16-bit storage and float16/int8/int16/int64 shader arithmetic", info.name) });
         }
         // SAFETY: as above.
         let families = unsafe { instance.get_physical_device_queue_family_properties(pd) };
@@ -209,7 +210,7 @@ impl VulkanContext {
         let mut stats_features = vk::PhysicalDevicePipelineExecutablePropertiesFeaturesKHR::default().pipeline_executable_info(true);
         let features = vk::PhysicalDeviceFeatures::default().shader_int64(true).shader_int16(true);
         let mut f11 = vk::PhysicalDeviceVulkan11Features::default().storage_buffer16_bit_access(true);
-        let mut f12 = vk::PhysicalDeviceVulkan12Features::default().buffer_device_address(true).shader_float16(true).shader_int8(true).storage_buffer8_bit_access(true);
+        let mut f12 = vk::PhysicalDeviceVulkan12Features::default().buffer_device_address(true).shader_float16(true).shader_int8(true).storage_buffer8_bit_access(true).timeline_semaphore(true);
         let mut create = vk::DeviceCreateInfo::default().queue_create_infos(&queues).enabled_extension_names(&extensions).enabled_features(&features).push_next(&mut f11).push_next(&mut f12);
         if has_stats {
             create = create.push_next(&mut stats_features);

@@ -345,17 +345,17 @@ impl DeviceArena {
     }
 }
 
-/// A command pool, one command buffer and a fence: for uploads and one-off work.
+/// A command pool, one command buffer and a timeline semaphore: for uploads and one-off work.
 pub struct OneShot {
     ctx: Arc<VulkanContext>,
     pool: vk::CommandPool,
     cb: vk::CommandBuffer,
-    fence: vk::Fence,
+    timeline: Timeline,
 }
 
 impl OneShot {
     /// # Errors
-    /// A Vulkan failure creating the pool, buffer or fence.
+    /// A Vulkan failure creating the pool, buffer or semaphore.
     pub fn new(ctx: &Arc<VulkanContext>) -> Result<OneShot, DeviceError> {
         let name = ctx.name();
         let info = vk::CommandPoolCreateInfo::default().queue_family_index(ctx.queue_family).flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER);
@@ -364,9 +364,7 @@ impl OneShot {
         let alloc = vk::CommandBufferAllocateInfo::default().command_pool(pool).level(vk::CommandBufferLevel::PRIMARY).command_buffer_count(1);
         // SAFETY: the pool was just created.
         let cb = unsafe { ctx.device.allocate_command_buffers(&alloc) }.map_err(|e| vk_error(&name, "vkAllocateCommandBuffers", e))?[0];
-        // SAFETY: valid device.
-        let fence = unsafe { ctx.device.create_fence(&vk::FenceCreateInfo::default(), None) }.map_err(|e| vk_error(&name, "vkCreateFence", e))?;
-        Ok(OneShot { ctx: ctx.clone(), pool, cb, fence })
+        Ok(OneShot { ctx: ctx.clone(), pool, cb, timeline: Timeline::new(ctx)? })
     }
 
     /// Records with `record`, submits, and waits.
@@ -376,7 +374,7 @@ impl OneShot {
     pub fn run(&mut self, record: impl FnOnce(&ash::Device, vk::CommandBuffer)) -> Result<(), DeviceError> {
         let name = self.ctx.name();
         let d = &self.ctx.device;
-        // SAFETY: the command buffer is not in use (every run waits for its fence).
+        // SAFETY: the command buffer is not in use (every run waits for its submission).
         unsafe {
             d.reset_command_buffer(self.cb, vk::CommandBufferResetFlags::empty()).map_err(|e| vk_error(&name, "vkResetCommandBuffer", e))?;
             d.begin_command_buffer(self.cb, &vk::CommandBufferBeginInfo::default().flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT)).map_err(|e| vk_error(&name, "vkBeginCommandBuffer", e))?;
@@ -384,33 +382,65 @@ impl OneShot {
         record(d, self.cb);
         // SAFETY: recording began above.
         unsafe { d.end_command_buffer(self.cb) }.map_err(|e| vk_error(&name, "vkEndCommandBuffer", e))?;
-        submit_and_wait(&self.ctx, self.cb, self.fence)
+        self.timeline.submit_and_wait(self.cb)
     }
 }
 
-/// Submits one recorded command buffer and waits for it.
-pub(crate) fn submit_and_wait(ctx: &VulkanContext, cb: vk::CommandBuffer, fence: vk::Fence) -> Result<(), DeviceError> {
-    let name = ctx.name();
-    let cbs = [cb];
-    let submit = vk::SubmitInfo::default().command_buffers(&cbs);
-    // SAFETY: `cb` is fully recorded and not pending; the fence is unsignalled.
-    unsafe { ctx.device.queue_submit(ctx.queue, &[submit], fence) }.map_err(|e| vk_error(&name, "vkQueueSubmit", e))?;
-    // SAFETY: the fence belongs to this device.
-    let waited = unsafe { ctx.device.wait_for_fences(&[fence], true, FENCE_TIMEOUT.as_nanos() as u64) };
-    match waited {
-        Ok(()) => {}
-        Err(vk::Result::TIMEOUT) => return Err(DeviceError::Unsupported { device: name, what: format!("a submission ran longer than {} s (hung device?)", FENCE_TIMEOUT.as_secs()) }),
-        Err(e) => return Err(vk_error(&name, "vkWaitForFences", e)),
+/// A timeline semaphore: each submission signals the next value, and the host waits for it.
+pub struct Timeline {
+    ctx: Arc<VulkanContext>,
+    semaphore: vk::Semaphore,
+    value: u64,
+}
+
+impl Timeline {
+    /// # Errors
+    /// A Vulkan failure creating the semaphore.
+    pub fn new(ctx: &Arc<VulkanContext>) -> Result<Timeline, DeviceError> {
+        let mut kind = vk::SemaphoreTypeCreateInfo::default().semaphore_type(vk::SemaphoreType::TIMELINE).initial_value(0);
+        let info = vk::SemaphoreCreateInfo::default().push_next(&mut kind);
+        // SAFETY: valid device (timelineSemaphore enabled) and create info.
+        let semaphore = unsafe { ctx.device.create_semaphore(&info, None) }.map_err(|e| vk_error(&ctx.name(), "vkCreateSemaphore", e))?;
+        Ok(Timeline { ctx: ctx.clone(), semaphore, value: 0 })
     }
-    // SAFETY: the fence is signalled and no longer in use.
-    unsafe { ctx.device.reset_fences(&[fence]) }.map_err(|e| vk_error(&name, "vkResetFences", e))
+
+    /// Submits one recorded command buffer that signals the next value, and waits for that value.
+    ///
+    /// # Errors
+    /// A Vulkan failure, a lost device, or a submission that runs past [`FENCE_TIMEOUT`].
+    pub fn submit_and_wait(&mut self, cb: vk::CommandBuffer) -> Result<(), DeviceError> {
+        let ctx = &self.ctx;
+        let name = ctx.name();
+        let target = self.value + 1;
+        let cbs = [cb];
+        let signals = [self.semaphore];
+        let values = [target];
+        let mut timeline = vk::TimelineSemaphoreSubmitInfo::default().signal_semaphore_values(&values);
+        let submit = vk::SubmitInfo::default().command_buffers(&cbs).signal_semaphores(&signals).push_next(&mut timeline);
+        // SAFETY: `cb` is fully recorded and not pending; the semaphore's value only grows.
+        unsafe { ctx.device.queue_submit(ctx.queue, &[submit], vk::Fence::null()) }.map_err(|e| vk_error(&name, "vkQueueSubmit", e))?;
+        self.value = target;
+        let wait = vk::SemaphoreWaitInfo::default().semaphores(&signals).values(&values);
+        // SAFETY: the semaphore belongs to this device.
+        match unsafe { ctx.device.wait_semaphores(&wait, FENCE_TIMEOUT.as_nanos() as u64) } {
+            Ok(()) => Ok(()),
+            Err(vk::Result::TIMEOUT) => Err(DeviceError::Unsupported { device: name, what: format!("a submission ran longer than {} s (hung device?)", FENCE_TIMEOUT.as_secs()) }),
+            Err(e) => Err(vk_error(&name, "vkWaitSemaphores", e)),
+        }
+    }
+}
+
+impl Drop for Timeline {
+    fn drop(&mut self) {
+        // SAFETY: every submission that signals it was waited for.
+        unsafe { self.ctx.device.destroy_semaphore(self.semaphore, None) };
+    }
 }
 
 impl Drop for OneShot {
     fn drop(&mut self) {
         // SAFETY: every submission was waited for.
         unsafe {
-            self.ctx.device.destroy_fence(self.fence, None);
             self.ctx.device.destroy_command_pool(self.pool, None);
         }
     }
@@ -556,6 +586,40 @@ impl VulkanKvMemory {
         let p = self.layout.place(layer, kind)?;
         let chunk = self.chunks.get(p.chunk as usize)?;
         Some((chunk.address + p.offset_bytes, p.row_stride_bytes))
+    }
+
+    /// Copies `data` into chunk `chunk` at `offset` (through a staging buffer; for tests and tools).
+    ///
+    /// # Errors
+    /// A chunk or range outside the arena, or a device failure.
+    pub fn write_bytes(&self, chunk: usize, offset: u64, data: &[u8]) -> Result<(), DeviceError> {
+        let c = self.chunk_checked(chunk, offset, data.len() as u64)?;
+        let mut up = Uploader::new(&c.ctx, (data.len() as u64).max(16))?;
+        up.upload(c.buffer, offset, data)?;
+        up.flush()
+    }
+
+    /// Reads `len` bytes of chunk `chunk` at `offset` back to the host (for tests and tools).
+    ///
+    /// # Errors
+    /// As [`VulkanKvMemory::write_bytes`].
+    pub fn read_bytes(&self, chunk: usize, offset: u64, len: u64) -> Result<Vec<u8>, DeviceError> {
+        let c = self.chunk_checked(chunk, offset, len)?;
+        let host = Buffer::new(&c.ctx, len.max(16), MemoryKind::HostVisible, "readback")?;
+        let (src, dst) = (c.buffer, host.buffer);
+        OneShot::new(&c.ctx)?.run(|d, cb| {
+            // SAFETY: both buffers are live and the region lies inside both (checked above).
+            unsafe { d.cmd_copy_buffer(cb, src, dst, &[vk::BufferCopy { src_offset: offset, dst_offset: 0, size: len }]) };
+        })?;
+        Ok(host.mapped().map(|m| m[..len as usize].to_vec()).unwrap_or_default())
+    }
+
+    fn chunk_checked(&self, chunk: usize, offset: u64, len: u64) -> Result<&Buffer, DeviceError> {
+        let c = self.chunks.get(chunk).ok_or_else(|| DeviceError::BadBatch(format!("KV chunk {chunk} of {}", self.chunks.len())))?;
+        if offset.checked_add(len).is_none_or(|end| end > c.size) {
+            return Err(DeviceError::BadBatch(format!("{len} bytes at {offset} outside a KV chunk of {}", c.size)));
+        }
+        Ok(c)
     }
 
     /// Each chunk's origin (for checking that an import is the exporter's memory itself).

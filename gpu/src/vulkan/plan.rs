@@ -15,7 +15,7 @@ use strata_model::RopeStyle;
 use super::context::VulkanContext;
 use super::conv::{self, GpuLayout};
 use super::kernels::{ActRounding, Kernel, Pipelines, Push, Recorder, WeightFormat};
-use super::memory::{submit_and_wait, Buffer, DeviceArena, MemoryKind, Slice, Uploader, VulkanKvMemory};
+use super::memory::{Buffer, DeviceArena, MemoryKind, Slice, Timeline, Uploader, VulkanKvMemory};
 use super::vk_error;
 use crate::kv_memory::HostKvMemory;
 use crate::{BatchLimits, DeviceError, ForwardPlan, StepBatch};
@@ -131,11 +131,12 @@ pub struct VulkanPlan {
     ctx: Arc<VulkanContext>,
 }
 
-/// Recorded command buffers by step shape, with the pool and the fence they are submitted with.
+/// Recorded command buffers by step shape, with the pool and the timeline semaphore each step
+/// signals.
 struct CommandCache {
     ctx: Arc<VulkanContext>,
     pool: vk::CommandPool,
-    fence: vk::Fence,
+    timeline: Timeline,
     recorded: HashMap<(usize, usize), vk::CommandBuffer>,
 }
 
@@ -145,9 +146,7 @@ impl CommandCache {
         let info = vk::CommandPoolCreateInfo::default().queue_family_index(ctx.queue_family);
         // SAFETY: valid device and create info.
         let pool = unsafe { ctx.device.create_command_pool(&info, None) }.map_err(|e| vk_error(&name, "vkCreateCommandPool", e))?;
-        // SAFETY: valid device.
-        let fence = unsafe { ctx.device.create_fence(&vk::FenceCreateInfo::default(), None) }.map_err(|e| vk_error(&name, "vkCreateFence", e))?;
-        Ok(CommandCache { ctx: ctx.clone(), pool, fence, recorded: HashMap::new() })
+        Ok(CommandCache { ctx: ctx.clone(), pool, timeline: Timeline::new(ctx)?, recorded: HashMap::new() })
     }
 }
 
@@ -155,7 +154,6 @@ impl Drop for CommandCache {
     fn drop(&mut self) {
         // SAFETY: every submission was waited for; freeing the pool frees its command buffers.
         unsafe {
-            self.ctx.device.destroy_fence(self.fence, None);
             self.ctx.device.destroy_command_pool(self.pool, None);
         }
     }
@@ -449,7 +447,7 @@ impl VulkanPlan {
         let name = self.ctx.name();
         if self.commands.recorded.len() >= MAX_RECORDED_SHAPES {
             let cbs: Vec<vk::CommandBuffer> = self.commands.recorded.drain().map(|(_, cb)| cb).collect();
-            // SAFETY: no submission is pending (every forward waits for its fence).
+            // SAFETY: no submission is pending (every forward waits for its own).
             unsafe { self.ctx.device.free_command_buffers(self.commands.pool, &cbs) };
         }
         let alloc = vk::CommandBufferAllocateInfo::default().command_pool(self.commands.pool).level(vk::CommandBufferLevel::PRIMARY).command_buffer_count(1);
@@ -667,7 +665,7 @@ impl ForwardPlan for VulkanPlan {
         self.write_params(b)?;
         let (n, n_out) = (b.len(), b.output_rows.len());
         let cb = self.record(n, n_out)?;
-        submit_and_wait(&self.ctx, cb, self.commands.fence)?;
+        self.commands.timeline.submit_and_wait(cb)?;
         if let Some(p) = &mut self.profiler {
             p.collect(n == 1);
         }
