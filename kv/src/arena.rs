@@ -681,13 +681,22 @@ impl KvArena {
     /// its tokens up to each), its partial last block and unwritten reserved blocks are freed,
     /// and its shared prefix blocks are released.
     pub fn finish(&mut self, seq: SeqId) -> Result<Finished, KvError> {
+        self.finish_caching_first(seq, usize::MAX)
+    }
+
+    /// As [`KvArena::finish`], but only blocks holding nothing beyond the first `cache_tokens`
+    /// tokens become cached prefixes; the rest are freed. With prefill and decode on different
+    /// devices, the cells of generated tokens were written by the decode device, whose rounding
+    /// differs from the prefill device's: caching only the prompt keeps a later prompt that
+    /// reuses them exactly as if it had been prefilled afresh.
+    pub fn finish_caching_first(&mut self, seq: SeqId, cache_tokens: usize) -> Result<Finished, KvError> {
         let s = self
             .seqs
             .remove(&seq)
             .ok_or(KvError::UnknownSequence(seq))?;
         *self.owner_counter(s.owner) -= s.own_blocks();
         let bs = self.bs();
-        let full = s.tokens.len() / bs;
+        let full = s.tokens.len().min(cache_tokens) / bs;
         let mut keys: Vec<PrefixKey> = Vec::with_capacity(full);
         for i in 0..full {
             let k = chain_key(keys.last(), &s.tokens[i * bs..(i + 1) * bs]);
@@ -986,6 +995,21 @@ mod tests {
         assert_eq!(cell_of(&t, 16, 0), Some(80));
         assert_eq!(cell_of(&t, 16, 17), Some(33));
         assert_eq!(cell_of(&t, 16, 32), None);
+    }
+
+    #[test]
+    fn finishing_with_a_cache_limit_caches_only_the_blocks_inside_it() {
+        // Block size 4: 10 tokens fill 2 blocks and part of a third.
+        let mut a = KvArena::new(16, 4);
+        let p = toks(10, 100);
+        a.start_sequence(1, &p, Owner::Prefill).unwrap();
+        a.reserve(1, 10).unwrap();
+        a.commit_tokens(1, &p).unwrap();
+        // The first 6 tokens (a prompt, say): only block 0 lies wholly inside them.
+        let f = a.finish_caching_first(1, 6).unwrap();
+        assert_eq!((f.cached_blocks, f.freed_blocks), (1, 2));
+        assert_eq!(a.lookup_prefix(&p), 4);
+        a.check_invariants().unwrap();
     }
 
     #[test]

@@ -368,7 +368,7 @@ impl Engine {
         let start = self.kv.start(seq, prompt, Owner::Prefill)?;
         let result = self.generate_seq(seq, prompt, start.reused_tokens, max_tokens, sampling, &mut on_token);
         let cache = matches!(&result, Ok(o) if o.stop != StopReason::Cancelled);
-        self.kv.end(seq, cache)?;
+        self.end_sequence(seq, cache, prompt.len())?;
         result
     }
 
@@ -506,12 +506,21 @@ impl Engine {
         Ok(self.kv.hand_off(seq, Owner::Prefill, Owner::Decode)?)
     }
 
-    /// Ends `seq`: its full blocks join the prefix cache (`cache`) or everything is given back.
+    /// Ends `seq`, whose prompt had `prompt_tokens` tokens: its full blocks join the prefix cache
+    /// (`cache`) or everything is given back. With two devices only the prompt's blocks are cached:
+    /// the generated tokens' cells were written by the decode device, whose rounding differs from
+    /// the prefill device's, and a later prompt reusing them would not continue exactly as a fresh
+    /// prefill does.
     ///
     /// # Errors
     /// An unknown sequence.
-    pub fn end_sequence(&mut self, seq: SeqId, cache: bool) -> Result<(), EngineError> {
-        Ok(self.kv.end(seq, cache)?)
+    pub fn end_sequence(&mut self, seq: SeqId, cache: bool, prompt_tokens: usize) -> Result<(), EngineError> {
+        let keep = match (cache, self.decode_plan.is_some()) {
+            (false, _) => 0,
+            (true, false) => usize::MAX,
+            (true, true) => prompt_tokens.max(1),
+        };
+        Ok(self.kv.end_caching_first(seq, keep)?)
     }
 
     /// Runs one step over several sequences at once: each entry's tokens follow that sequence's

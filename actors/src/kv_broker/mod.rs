@@ -36,7 +36,9 @@ enum Command {
     Reserve { batch: Vec<(SeqId, usize)>, reply: Reply<Vec<Result<Reservation, KvError>>> },
     Commit { batch: Vec<(SeqId, Vec<u32>)>, reply: Reply<Result<(), KvError>> },
     HandOff { seq: SeqId, from: Owner, to: Owner, reply: Reply<Result<(), KvError>> },
-    End { seq: SeqId, cache: bool, reply: Reply<Result<(), KvError>> },
+    /// `cache`: the first this many tokens' full blocks become cached prefixes (0: nothing is
+    /// cached, the sequence is cancelled).
+    End { seq: SeqId, cache: usize, reply: Reply<Result<(), KvError>> },
     Stats { reply: Reply<ArenaStats> },
 }
 
@@ -92,7 +94,7 @@ fn serve(mut arena: KvArena, rx: Receiver<Command>) {
                 let _ = reply.send(arena.hand_off(seq, from, to));
             }
             Command::End { seq, cache, reply } => {
-                let r = if cache { arena.finish(seq).map(|_| ()) } else { arena.cancel(seq).map(|_| ()) };
+                let r = if cache > 0 { arena.finish_caching_first(seq, cache).map(|_| ()) } else { arena.cancel(seq).map(|_| ()) };
                 let _ = reply.send(r);
             }
             Command::Stats { reply } => {
@@ -148,7 +150,15 @@ impl KvBrokerHandle {
     /// # Errors
     /// An unknown sequence.
     pub fn end(&self, seq: SeqId, cache: bool) -> Result<(), BrokerError> {
-        Ok(self.call(|reply| Command::End { seq, cache, reply })??)
+        self.end_caching_first(seq, if cache { usize::MAX } else { 0 })
+    }
+
+    /// Ends `seq`, caching the full blocks of its first `tokens` tokens only (0: cancel).
+    ///
+    /// # Errors
+    /// An unknown sequence, or a stopped broker.
+    pub fn end_caching_first(&self, seq: SeqId, tokens: usize) -> Result<(), BrokerError> {
+        Ok(self.call(|reply| Command::End { seq, cache: tokens, reply })??)
     }
 
     /// The arena's counters.

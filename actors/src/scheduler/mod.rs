@@ -287,7 +287,7 @@ impl Scheduler {
         }
         for r in std::mem::take(&mut self.running) {
             let _ = r.req.events.try_send(GenEvent::Error("the server is shutting down".into()));
-            let _ = self.engine.end_sequence(r.seq, false);
+            let _ = self.engine.end_sequence(r.seq, false, r.req.prompt.len());
         }
     }
 
@@ -538,7 +538,7 @@ impl Scheduler {
     fn end(&mut self, r: Running, stop: StopReason, error: Option<String>) {
         let _span = r.req.span.enter();
         let cache = stop != StopReason::Cancelled;
-        if let Err(e) = self.engine.end_sequence(r.seq, cache) {
+        if let Err(e) = self.engine.end_sequence(r.seq, cache, r.req.prompt.len()) {
             tracing::error!(error = %e, "ending a sequence");
         }
         let completion_tokens = r.emitted;
