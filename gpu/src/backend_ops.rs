@@ -56,17 +56,7 @@ impl CpuOps {
     }
 }
 
-/// The angles of `positions` as the CPU plan computes them.
-pub fn rope_angles(rope_dims: usize, base: f32, pos: u32) -> (Vec<f32>, Vec<f32>) {
-    let half = rope_dims / 2;
-    (0..half)
-        .map(|i| {
-            let f = base.powf(-2.0 * i as f32 / rope_dims as f32);
-            let (s, c) = (pos as f32 * f).sin_cos();
-            (c, s)
-        })
-        .unzip()
-}
+pub use crate::cpu::ops::rope_angles;
 
 impl OpBackend for CpuOps {
     fn name(&self) -> String {

@@ -55,6 +55,11 @@ fn quantized(ty: GgmlType, vals: &[f32], cols: usize) -> (Vec<u8>, Vec<f32>) {
     (q, deq)
 }
 
+/// `out[t][r] = W[r] · x[t]` in float64, from the dequantized weights.
+fn reference_product(w: &[f32], x: &[f32], rows: usize, cols: usize, n: usize) -> Vec<f64> {
+    (0..n).flat_map(|t| (0..rows).map(move |r| (0..cols).map(|c| w[r * cols + c] as f64 * x[t * cols + c] as f64).sum())).collect()
+}
+
 /// NMSE bound of a product with a weight of `ty`, for `device`.
 fn matmul_threshold(ty: GgmlType, device: &str) -> f64 {
     if device != "cpu" {
@@ -80,7 +85,7 @@ fn matmul_every_type_every_token_count() {
         let (wq, wd) = quantized(ty, &random(&mut rng, rows * cols, 1.0), cols);
         for n in [1usize, 3, 5, 8, 13, 70] {
             let x = random(&mut rng, n * cols, 1.0);
-            let want: Vec<f64> = (0..n).flat_map(|t| (0..rows).map(move |r| (t, r))).map(|(t, r)| (0..cols).map(|c| wd[r * cols + c] as f64 * x[t * cols + c] as f64).sum()).collect();
+            let want = reference_product(&wd, &x, rows, cols, n);
             for b in backends.iter_mut() {
                 let got = b.matmul(ty, &wq, rows, cols, &x, n).unwrap_or_else(|e| panic!("{} matmul {ty}: {e}", b.name()));
                 let e = nmse(&got, &want);
@@ -100,7 +105,7 @@ fn matmul_float_rows_of_any_width() {
         let (wq, wd) = quantized(ty, &random(&mut rng, rows * cols, 1.0), cols);
         for n in [2usize, 9] {
             let x = random(&mut rng, n * cols, 1.0);
-            let want: Vec<f64> = (0..n).flat_map(|t| (0..rows).map(move |r| (t, r))).map(|(t, r)| (0..cols).map(|c| wd[r * cols + c] as f64 * x[t * cols + c] as f64).sum()).collect();
+            let want = reference_product(&wd, &x, rows, cols, n);
             for b in backends.iter_mut() {
                 if b.name() == "cpu" {
                     continue; // the CPU kernels take whole 32-element blocks
@@ -355,7 +360,7 @@ fn a_vulkan_kv_arena_exported_as_opaque_fds_is_imported_in_place_by_another_devi
     let data: Vec<u8> = (0..4096u32).map(|i| (i * 7 % 251) as u8).collect();
     mine.write_bytes(1, 4096, &data).expect("write");
     // A layout that differs is refused, naming both.
-    let mut other = p.clone();
+    let mut other = p;
     other.n_cells = 128;
     let err = match unsafe { VulkanKvMemory::import(&importer, &KvLayout::compute(&other).expect("layout"), mine.export().expect("export")) } {
         Err(e) => e.to_string(),

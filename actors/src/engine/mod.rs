@@ -239,10 +239,18 @@ impl Engine {
         )?)
     }
 
-    /// The plan that runs `n_tokens` prompt tokens (0: generated tokens).
-    fn plan_for(&mut self, n_tokens: usize) -> &mut dyn ForwardPlan {
+    /// Whether work runs on the prefill device: everything when there is one device; with two,
+    /// prompt tokens when the prompt work holds at least `prefill_min_tokens` tokens, never
+    /// generated tokens.
+    fn on_prefill_device(&self, decode: bool, prompt_tokens: usize) -> bool {
+        self.decode_plan.is_none() || (!decode && prompt_tokens >= self.opts.prefill_min_tokens)
+    }
+
+    /// The plan for generated tokens (`decode`) or for `prompt_tokens` prompt tokens.
+    fn plan_for(&mut self, decode: bool, prompt_tokens: usize) -> &mut dyn ForwardPlan {
+        let prefill = self.on_prefill_device(decode, prompt_tokens);
         match &mut self.decode_plan {
-            Some(d) if n_tokens == 0 || n_tokens < self.opts.prefill_min_tokens => d.as_mut(),
+            Some(d) if !prefill => d.as_mut(),
             _ => self.plan.as_mut(),
         }
     }
@@ -321,7 +329,7 @@ impl Engine {
             let output_rows: Vec<u32> = if all_logits { (0..chunk.len() as u32).collect() } else { vec![chunk.len() as u32 - 1] };
             let tables = [r.table.as_slice()];
             let batch = StepBatch { tokens: chunk, positions: &positions, seq_of_token: &seq_of_token, block_tables: &tables, output_rows: &output_rows };
-            let out = self.plan_for(if decode { 0 } else { n_total }).forward(&batch)?;
+            let out = self.plan_for(decode, n_total).forward(&batch)?;
             if all_logits {
                 logits.extend_from_slice(out);
             } else {
@@ -535,8 +543,7 @@ impl Engine {
         // prefill device when the step holds at least `prefill_min_tokens` prompt tokens, else on
         // the decode device. The two parts share the KV arena (different sequences' cells).
         let prompt_tokens: usize = work.iter().filter(|w| !w.decode).map(|w| w.tokens.len()).sum();
-        let prompts_on_prefill = prompt_tokens >= self.opts.prefill_min_tokens;
-        let on_prefill_device = |w: &SeqStep<'_>| self.decode_plan.is_none() || (!w.decode && prompts_on_prefill);
+        let on_prefill_device = |w: &SeqStep<'_>| self.on_prefill_device(w.decode, prompt_tokens);
         let mut status = Vec::with_capacity(work.len());
         let mut parts = [StepPart::default(), StepPart::default()];
         let mut commits = Vec::new();

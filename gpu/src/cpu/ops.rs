@@ -15,6 +15,18 @@ pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     }
 }
 
+/// The cos and sin of each of the `rope_dims / 2` rotary angles at position `pos`, as the CPU
+/// plan computes them (the Vulkan plan uploads a table of exactly these values).
+pub fn rope_angles(rope_dims: usize, base: f32, pos: u32) -> (Vec<f32>, Vec<f32>) {
+    (0..rope_dims / 2)
+        .map(|i| {
+            let f = base.powf(-2.0 * i as f32 / rope_dims as f32);
+            let (s, c) = (pos as f32 * f).sin_cos();
+            (c, s)
+        })
+        .unzip()
+}
+
 /// Rotates one head in place; `cos`/`sin` hold `rope_dims / 2` angles for this token.
 pub fn rope(head: &mut [f32], cos: &[f32], sin: &[f32], style: RopeStyle) {
     let half = cos.len();

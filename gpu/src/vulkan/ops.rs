@@ -117,12 +117,7 @@ impl OpBackend for VulkanOps {
         let out = self.output(rows * n)?;
         let aux = if layout.aux_bytes == 0 { 0 } else { w.address() + layout.aux_offset };
         let push = Push::new().addr(w.address()).addr(aux).addr(xb.address()).addr(out.address()).addr(0).u32(rows as u32).u32(cols as u32).u32(n as u32).u32(cols as u32).u32(rows as u32);
-        let (kernel, push, groups) = if n <= 8 {
-            let (kernel, per_group) = super::plan::matvec_kernel(&self.ctx, layout.format, n);
-            (kernel, push.u32(per_group as u32), [rows.div_ceil(per_group) as u32, n.div_ceil(4) as u32, 1])
-        } else {
-            (Kernel::MatMul(layout.format), push, [rows.div_ceil(64) as u32, n.div_ceil(64) as u32, 1])
-        };
+        let (kernel, push, groups) = super::plan::product_dispatch(&self.ctx, layout.format, rows, n, push);
         self.run(|r| r.dispatch(kernel, &push, groups))?;
         Ok(Self::read(&out, rows * n))
     }
@@ -191,11 +186,8 @@ impl OpBackend for VulkanOps {
 
     fn attention(&mut self, kv: &Arc<HostKvMemory>, a: &AttentionArgs<'_>) -> Result<Vec<f32>, DeviceError> {
         let n = a.positions.len();
-        let ((kc, stride), (vc, _)) = {
-            let mem = self.imported(kv)?;
-            let missing = || DeviceError::BadBatch(format!("layer {} is not in the arena", a.layer));
-            (mem.tensor_address(a.layer as u32, false).ok_or_else(missing)?, mem.tensor_address(a.layer as u32, true).ok_or_else(missing)?)
-        };
+        let ctx = self.ctx.clone();
+        let (kc, vc, stride) = super::plan::kv_addresses(&ctx, self.imported(kv)?, a.layer)?;
         let max_len = a.positions.iter().map(|&p| p as usize + 1).max().unwrap_or(1);
         // Several splits even for short contexts, so the merge is exercised.
         let n_splits = max_len.div_ceil(64).clamp(1, 16);

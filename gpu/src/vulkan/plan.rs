@@ -38,9 +38,22 @@ pub struct VulkanOptions {
 /// Decode steps of at most this many tokens use the matrix-vector kernel; larger ones the tiled
 /// matrix kernel.
 const MATVEC_MAX_TOKENS: usize = 8;
+/// The kernel, push constants and workgroup counts of a product of a `rows`-row weight with
+/// `n_tokens` activation rows, given the push constants every product kernel shares: the
+/// matrix-vector kernels up to [`MATVEC_MAX_TOKENS`] tokens (which also take their rows per
+/// workgroup), the tiled kernel (64 x 64 outputs per workgroup) beyond.
+pub(crate) fn product_dispatch(ctx: &VulkanContext, format: WeightFormat, rows: usize, n_tokens: usize, push: Push) -> (Kernel, Push, [u32; 3]) {
+    if n_tokens <= MATVEC_MAX_TOKENS {
+        let (kernel, per_group) = matvec_kernel(ctx, format, n_tokens);
+        (kernel, push.u32(per_group as u32), [rows.div_ceil(per_group) as u32, n_tokens.div_ceil(MATVEC_TOKENS_PER_GROUP) as u32, 1])
+    } else {
+        (Kernel::MatMul(format), push, [rows.div_ceil(64) as u32, n_tokens.div_ceil(64) as u32, 1])
+    }
+}
+
 /// The matrix-vector kernel for `n_tokens` tokens and its rows per workgroup: each subgroup of
 /// its 128 invocations owns 4 rows (one token) or 2 rows (more) (shaders/matvec.comp).
-pub(crate) fn matvec_kernel(ctx: &VulkanContext, format: WeightFormat, n_tokens: usize) -> (Kernel, usize) {
+fn matvec_kernel(ctx: &VulkanContext, format: WeightFormat, n_tokens: usize) -> (Kernel, usize) {
     let subgroups = 128 / ctx.info.subgroup_size.clamp(1, 128) as usize;
     // The build's rows per subgroup of the one-token kernel (build.rs, STRATA_MATVEC1_ROWS).
     let rows1: usize = env!("STRATA_MATVEC1_ROWS").parse().unwrap_or(4);
@@ -334,14 +347,8 @@ impl VulkanPlan {
         let partial = slices.pop().expect("allocated");
         let bufs = slices;
         let mut table = Vec::with_capacity(opts.max_context * 2 * half);
-        let inv_freq: Vec<f32> = (0..half).map(|i| hp.rope_base.powf(-2.0 * i as f32 / hp.rope_dims as f32)).collect();
         for pos in 0..opts.max_context {
-            let (mut c, mut s) = (Vec::with_capacity(half), Vec::with_capacity(half));
-            for f in &inv_freq {
-                let (sin, cos) = (pos as f32 * f).sin_cos();
-                c.push(cos);
-                s.push(sin);
-            }
+            let (c, s) = crate::cpu::ops::rope_angles(hp.rope_dims, hp.rope_base, pos as u32);
             table.extend(c);
             table.extend(s);
         }
@@ -542,13 +549,8 @@ impl VulkanPlan {
                             .u32(rows_in as u32)
                             .u32(x_stride)
                             .u32(graph.buffer(p.out).width as u32);
-                        if rows_in <= MATVEC_MAX_TOKENS {
-                            let (kernel, per_group) = matvec_kernel(ctx, w.layout.format, rows_in);
-                            let groups = [w.rows.div_ceil(per_group) as u32, rows_in.div_ceil(MATVEC_TOKENS_PER_GROUP) as u32, 1];
-                            rec.dispatch(kernel, &push.u32(per_group as u32), groups)?;
-                        } else {
-                            rec.dispatch(Kernel::MatMul(w.layout.format), &push, [w.rows.div_ceil(64) as u32, rows_in.div_ceil(64) as u32, 1])?;
-                        }
+                        let (kernel, push, groups) = product_dispatch(ctx, w.layout.format, w.rows, rows_in, push);
+                        rec.dispatch(kernel, &push, groups)?;
                     }
                 }
                 Op::Rope { buf, n_heads } => {
@@ -567,8 +569,7 @@ impl VulkanPlan {
                     rec.dispatch(Kernel::Rope, &push, [total.div_ceil(64) as u32, 1, 1])?;
                 }
                 Op::StoreKv { layer, k, v } => {
-                    let (kc, stride) = kv.tensor_address(*layer as u32, false).ok_or_else(|| unsupported(ctx, format!("no K tensor for layer {layer}")))?;
-                    let (vc, _) = kv.tensor_address(*layer as u32, true).ok_or_else(|| unsupported(ctx, format!("no V tensor for layer {layer}")))?;
+                    let (kc, vc, stride) = kv_addresses(ctx, kv, *layer)?;
                     let width = hp.kv_width();
                     let push = Push::new()
                         .addr(addr_of(*k))
@@ -586,8 +587,7 @@ impl VulkanPlan {
                     rec.dispatch(Kernel::StoreKv, &push, [(n * width).div_ceil(64) as u32, 1, 1])?;
                 }
                 Op::Attention { layer, q, out } => {
-                    let (kc, stride) = kv.tensor_address(*layer as u32, false).ok_or_else(|| unsupported(ctx, format!("no K tensor for layer {layer}")))?;
-                    let (vc, _) = kv.tensor_address(*layer as u32, true).ok_or_else(|| unsupported(ctx, format!("no V tensor for layer {layer}")))?;
+                    let (kc, vc, stride) = kv_addresses(ctx, kv, *layer)?;
                     let q_stride = graph.buffer(*q).width as u32;
                     let push = Push::new()
                         .addr(addr_of(*q))
@@ -639,6 +639,13 @@ impl VulkanPlan {
         }
         Ok(())
     }
+}
+
+/// Device addresses of `layer`'s K and V tensors in the arena, and their row stride in bytes.
+pub(crate) fn kv_addresses(ctx: &VulkanContext, kv: &VulkanKvMemory, layer: usize) -> Result<(u64, u64, u64), DeviceError> {
+    let (k, stride) = kv.tensor_address(layer as u32, false).ok_or_else(|| unsupported(ctx, format!("no K tensor for layer {layer}")))?;
+    let (v, _) = kv.tensor_address(layer as u32, true).ok_or_else(|| unsupported(ctx, format!("no V tensor for layer {layer}")))?;
+    Ok((k, v, stride))
 }
 
 /// The mapped parameter bytes as u32 words (the buffer is allocated in whole words and mapped at
