@@ -7,6 +7,10 @@ use std::process::Command;
 const SHADER_DIR: &str = "src/vulkan/shaders";
 const PER_TYPE: &[&str] = &["matvec", "matmul", "embed"];
 const TYPES: &[&str] = &["F32", "F16", "Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q6_K"];
+/// The weight types of the integer-dot-product kernel (quantized ones).
+const INT_TYPES: &[&str] = &["Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q6_K"];
+/// Rows per workgroup of its one-token build (chosen at run time, `STRATA_MATVEC_ROWS`).
+const INT_ROWS: &[u32] = &[1, 2, 4];
 const PLAIN: &[&str] = &["rms_norm", "rope", "store_kv", "attention", "attention_combine", "swiglu", "add", "select_rows", "read_bandwidth"];
 
 fn main() {
@@ -23,6 +27,14 @@ fn main() {
     }
     for (act, define) in [("q8_0", "ACT_Q8_0"), ("q8_k", "ACT_Q8_K")] {
         compile_with(&glslc, "quantize_act", &format!("quantize_act_{act}"), &[define], &out);
+        compile_with(&glslc, "quantize_act", &format!("quantize_act_int_{act}"), &[define, "INT_OUT"], &out);
+    }
+    for ty in INT_TYPES {
+        let t = format!("TYPE_{ty}");
+        for rows in INT_ROWS {
+            compile_with(&glslc, "matvec_q", &format!("matvec_q1_r{rows}_{}", ty.to_lowercase()), &[&t, "NT=1", &format!("ROWS={rows}")], &out);
+        }
+        compile_with(&glslc, "matvec_q", &format!("matvec_q4_{}", ty.to_lowercase()), &[&t, "NT=4", "ROWS=2"], &out);
     }
     for ty in TYPES {
         compile_with(&glslc, "matvec", &format!("matvec1_{}", ty.to_lowercase()), &[&format!("TYPE_{ty}"), "NT=1", &format!("ROWS1={rows1}")], &out);

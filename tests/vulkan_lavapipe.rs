@@ -22,7 +22,11 @@ fn vulkan_index() -> Option<u32> {
 }
 
 fn engine(model: &Arc<LoadedModel>, prefill: DeviceKind, decode: DeviceKind) -> Engine {
-    let opts = EngineOptions { threads: 2, max_context: 512, n_cells: 1024, block_size: 16, ubatch: 64, max_outputs: 64, prefill_device: prefill, decode_device: decode, prefill_min_tokens: 32, max_seqs: 8, ..Default::default() };
+    engine_with_ubatch(model, prefill, decode, 64)
+}
+
+fn engine_with_ubatch(model: &Arc<LoadedModel>, prefill: DeviceKind, decode: DeviceKind, ubatch: usize) -> Engine {
+    let opts = EngineOptions { threads: 2, max_context: 512, n_cells: 1024, block_size: 16, ubatch, max_outputs: 64, prefill_device: prefill, decode_device: decode, prefill_min_tokens: 32, max_seqs: 8, ..Default::default() };
     Engine::new(model.clone(), opts).unwrap_or_else(|e| panic!("engine on {prefill}+{decode}: {e}"))
 }
 
@@ -50,7 +54,7 @@ fn kl(p_lp: &[f32], q_lp: &[f32]) -> f64 {
     p_lp.iter().zip(q_lp).map(|(&p, &q)| (p as f64).exp() * (p as f64 - q as f64)).sum()
 }
 
-fn compare(cpu: &mut Engine, other: &mut Engine, label: &str) {
+fn compare(cpu: &mut Engine, other: &mut Engine, label: &str, min_top1: usize) {
     let vocab = cpu.model().hparams.vocab_size;
     let seqs = sequences(cpu);
     let (mut a, mut b) = (Vec::new(), Vec::new());
@@ -75,7 +79,7 @@ fn compare(cpu: &mut Engine, other: &mut Engine, label: &str) {
             }
         }
         eprintln!("{label} {name:>10}: mean KL {:.6} nats, top-1 {agree}/64", p_kl / 64.0);
-        assert!(agree >= 62, "{label} {name}: top-1 agreement {agree}/64 (bar 62)");
+        assert!(agree >= min_top1, "{label} {name}: top-1 agreement {agree}/64 (bar {min_top1})");
         total_kl += p_kl;
         total += 64;
     }
@@ -89,7 +93,21 @@ fn vulkan_matches_the_cpu_device_teacher_forced() {
     let model = Arc::new(LoadedModel::load(&common::default_model()).expect("the default model loads"));
     let mut cpu = engine(&model, DeviceKind::Cpu, DeviceKind::Cpu);
     let mut vk = engine(&model, DeviceKind::Vulkan(i), DeviceKind::Vulkan(i));
-    compare(&mut cpu, &mut vk, "vulkan");
+    compare(&mut cpu, &mut vk, "vulkan", 62);
+}
+
+/// The same KL bar through the decode kernels: one token per step, so every product runs on the
+/// one-token kernel (integer dot products on 8-bit activations where the device has them) and
+/// attention on one query. Top-1 agreement is held to 58/64 here: measured on lavapipe 63/63/63/59
+/// (59 with the f32 decode kernels too, and 60-63 for the CPU's own kernel levels against each
+/// other): these texts' near-ties flip with any change of summation order (NOTES.md).
+#[test]
+fn vulkan_decode_kernels_match_the_cpu_device_teacher_forced() {
+    let Some(i) = vulkan_index() else { return };
+    let model = Arc::new(LoadedModel::load(&common::default_model()).expect("the default model loads"));
+    let mut cpu = engine(&model, DeviceKind::Cpu, DeviceKind::Cpu);
+    let mut vk = engine_with_ubatch(&model, DeviceKind::Vulkan(i), DeviceKind::Vulkan(i), 1);
+    compare(&mut cpu, &mut vk, "vulkan decode", 58);
 }
 
 #[test]
@@ -132,5 +150,6 @@ fn calibrate_cpu_kernel_levels() {
     let mut cpu = engine(&model, DeviceKind::Cpu, DeviceKind::Cpu);
     let opts = EngineOptions { threads: 2, max_context: 512, n_cells: 1024, block_size: 16, ubatch: 64, max_outputs: 64, simd: Some(strata_quant::SimdLevel::Scalar), ..Default::default() };
     let mut scalar = Engine::new(model.clone(), opts).expect("engine");
-    compare(&mut cpu, &mut scalar, "scalar");
+    compare(&mut cpu, &mut scalar, "scalar", 62);
 }
+

@@ -41,6 +41,9 @@ pub struct DeviceInfo {
     /// Whether the features the shaders need are all there (device addresses, 8/16-bit storage,
     /// float16/int8/int16/int64 arithmetic, Vulkan 1.2).
     pub usable: bool,
+    /// Whether shaders may use integer dot products (`VK_KHR_shader_integer_dot_product` with its
+    /// feature): the decode products then multiply 8-bit activations as integers.
+    pub integer_dot_product: bool,
 }
 
 impl DeviceInfo {
@@ -64,6 +67,20 @@ impl std::fmt::Display for DeviceInfo {
     }
 }
 
+/// Choices made when a device is opened.
+#[derive(Clone, Copy, Debug)]
+pub struct ContextOptions {
+    /// Use integer dot products where the device has them (the default; `STRATA_VULKAN_INT_DOT=0`
+    /// turns them off, for comparisons and for drivers that get them wrong).
+    pub integer_dot_product: bool,
+}
+
+impl Default for ContextOptions {
+    fn default() -> ContextOptions {
+        ContextOptions { integer_dot_product: std::env::var("STRATA_VULKAN_INT_DOT").map_or(true, |v| v != "0") }
+    }
+}
+
 /// A Vulkan instance and logical device with one compute queue.
 pub struct VulkanContext {
     _entry: ash::Entry,
@@ -77,6 +94,8 @@ pub struct VulkanContext {
     pub(crate) memory_fd: Option<ash::khr::external_memory_fd::Device>,
     /// Present when profiling asked for pipeline statistics and the driver has them.
     pub(crate) pipeline_stats: Option<ash::khr::pipeline_executable_properties::Device>,
+    /// Whether the shaders use integer dot products on this device (enabled and asked for).
+    pub(crate) integer_dot_product: bool,
 }
 
 fn load_entry() -> Result<ash::Entry, DeviceError> {
@@ -108,10 +127,17 @@ fn describe(instance: &ash::Instance, index: u32, pd: vk::PhysicalDevice) -> Res
     let has = |name: &CStr| exts.iter().any(|e| e.extension_name_as_c_str().is_ok_and(|n| n == name));
     let mut f11 = vk::PhysicalDeviceVulkan11Features::default();
     let mut f12 = vk::PhysicalDeviceVulkan12Features::default();
+    let mut dot = vk::PhysicalDeviceShaderIntegerDotProductFeatures::default();
+    let has_dot_ext = has(EXT_INTEGER_DOT_PRODUCT);
     let mut features2 = vk::PhysicalDeviceFeatures2::default().push_next(&mut f11).push_next(&mut f12);
+    if has_dot_ext {
+        // Only chained where the device knows the structure.
+        features2 = features2.push_next(&mut dot);
+    }
     // SAFETY: as above.
     unsafe { instance.get_physical_device_features2(pd, &mut features2) };
     let core = features2.features;
+    let integer_dot_product = has_dot_ext && dot.shader_integer_dot_product == vk::TRUE;
     let api = props.api_version;
     let usable = vk::api_version_major(api) >= 1
         && vk::api_version_minor(api) >= 2
@@ -141,6 +167,7 @@ fn describe(instance: &ash::Instance, index: u32, pd: vk::PhysicalDevice) -> Res
         max_shared_memory_bytes: props.limits.max_compute_shared_memory_size,
         timestamp_period_ns: props.limits.timestamp_period,
         usable,
+        integer_dot_product,
     })
 }
 
@@ -166,9 +193,17 @@ impl VulkanContext {
     /// No loader, no such device, a device without the features the shaders need, or a failure
     /// creating the device.
     pub fn new(index: u32) -> Result<Arc<VulkanContext>, DeviceError> {
+        Self::with_options(index, ContextOptions::default())
+    }
+
+    /// Opens `vulkan:index` with `options`.
+    ///
+    /// # Errors
+    /// As [`VulkanContext::new`].
+    pub fn with_options(index: u32, options: ContextOptions) -> Result<Arc<VulkanContext>, DeviceError> {
         let entry = load_entry()?;
         let instance = create_instance(&entry)?;
-        match Self::open(entry, &instance, index) {
+        match Self::open(entry, &instance, index, options) {
             Ok(ctx) => Ok(Arc::new(ctx)),
             Err(e) => {
                 // SAFETY: the failed open destroyed whatever it created from the instance.
@@ -178,7 +213,7 @@ impl VulkanContext {
         }
     }
 
-    fn open(entry: ash::Entry, instance: &ash::Instance, index: u32) -> Result<VulkanContext, DeviceError> {
+    fn open(entry: ash::Entry, instance: &ash::Instance, index: u32, options: ContextOptions) -> Result<VulkanContext, DeviceError> {
         let name = format!("vulkan:{index}");
         // SAFETY: the instance is valid.
         let pds = unsafe { instance.enumerate_physical_devices() }.map_err(|e| vk_error(&name, "vkEnumeratePhysicalDevices", e))?;
@@ -207,6 +242,11 @@ impl VulkanContext {
         if has_stats {
             extensions.push(EXT_PIPELINE_EXECUTABLE_PROPERTIES.as_ptr());
         }
+        let integer_dot_product = options.integer_dot_product && info.integer_dot_product;
+        if integer_dot_product {
+            extensions.push(EXT_INTEGER_DOT_PRODUCT.as_ptr());
+        }
+        let mut dot_features = vk::PhysicalDeviceShaderIntegerDotProductFeatures::default().shader_integer_dot_product(true);
         let mut stats_features = vk::PhysicalDevicePipelineExecutablePropertiesFeaturesKHR::default().pipeline_executable_info(true);
         let features = vk::PhysicalDeviceFeatures::default().shader_int64(true).shader_int16(true);
         let mut f11 = vk::PhysicalDeviceVulkan11Features::default().storage_buffer16_bit_access(true);
@@ -214,6 +254,9 @@ impl VulkanContext {
         let mut create = vk::DeviceCreateInfo::default().queue_create_infos(&queues).enabled_extension_names(&extensions).enabled_features(&features).push_next(&mut f11).push_next(&mut f12);
         if has_stats {
             create = create.push_next(&mut stats_features);
+        }
+        if integer_dot_product {
+            create = create.push_next(&mut dot_features);
         }
         // SAFETY: `pd` belongs to the instance; the create info and its chain outlive the call;
         // every feature and extension enabled was checked present above.
@@ -225,13 +268,18 @@ impl VulkanContext {
         let host_import = info.has(EXT_EXTERNAL_MEMORY_HOST).then(|| ash::ext::external_memory_host::Device::new(instance, &device));
         let memory_fd = info.has(EXT_EXTERNAL_MEMORY_FD).then(|| ash::khr::external_memory_fd::Device::new(instance, &device));
         let pipeline_stats = has_stats.then(|| ash::khr::pipeline_executable_properties::Device::new(instance, &device));
-        tracing::info!(device = %name, gpu = %info.name, driver = %info.driver, subgroup = info.subgroup_size, "Vulkan device opened");
-        Ok(VulkanContext { _entry: entry, instance: instance.clone(), device, queue, queue_family, info, memory_properties, host_import, memory_fd, pipeline_stats })
+        tracing::info!(device = %name, gpu = %info.name, driver = %info.driver, subgroup = info.subgroup_size, integer_dot_product, "Vulkan device opened");
+        Ok(VulkanContext { _entry: entry, instance: instance.clone(), device, queue, queue_family, info, memory_properties, host_import, memory_fd, pipeline_stats, integer_dot_product })
     }
 
     /// The device's description.
     pub fn info(&self) -> &DeviceInfo {
         &self.info
+    }
+
+    /// Whether the decode products multiply 8-bit activations with integer dot products here.
+    pub fn uses_integer_dot_product(&self) -> bool {
+        self.integer_dot_product
     }
 
     /// `vulkan:N`.

@@ -32,6 +32,11 @@ pub enum Kernel {
     MatVec1(WeightFormat),
     /// Matrix-vector product for up to a few tokens (batched decode).
     MatVec(WeightFormat),
+    /// Matrix-vector product of 8-bit activation quants by integer dot products, one token, with
+    /// this many rows per workgroup (1, 2 or 4). Quantized weight formats only.
+    MatVecInt1(WeightFormat, u8),
+    /// The same for up to four tokens per pass (batched decode).
+    MatVecInt(WeightFormat),
     /// Tiled matrix product for many tokens (prefill).
     MatMul(WeightFormat),
     /// Embedding-row gather.
@@ -47,6 +52,9 @@ pub enum Kernel {
     ReadBandwidth,
     /// Rounds activations as the CPU's 8-bit quantizer does (blocks of 32 or of 256).
     QuantizeAct(ActRounding),
+    /// The same quantization, written as 8-bit quants with block scales and sums (the input of
+    /// the integer-dot-product kernels).
+    QuantizeActInt(ActRounding),
 }
 
 /// How activations are rounded before a product with a weight (the CPU device's activation
@@ -98,12 +106,38 @@ macro_rules! per_format {
     };
 }
 
+/// The integer-dot-product builds exist for the quantized formats only; others get no SPIR-V (and
+/// so a pipeline error, never a wrong kernel).
+macro_rules! per_int_format {
+    ($f:expr, $kernel:literal) => {
+        match $f {
+            WeightFormat::Q4_0 => spv!($kernel, "_q4_0"),
+            WeightFormat::Q4_1 => spv!($kernel, "_q4_1"),
+            WeightFormat::Q8_0 => spv!($kernel, "_q8_0"),
+            WeightFormat::Q4_K => spv!($kernel, "_q4_k"),
+            WeightFormat::Q6_K => spv!($kernel, "_q6_k"),
+            WeightFormat::F32 | WeightFormat::F16 => &[],
+        }
+    };
+}
+
+impl WeightFormat {
+    /// Whether the integer-dot-product kernels read this format.
+    pub fn has_int_kernel(self) -> bool {
+        !matches!(self, WeightFormat::F32 | WeightFormat::F16)
+    }
+}
+
 impl Kernel {
     /// The compiled SPIR-V.
     pub fn spirv(self) -> &'static [u8] {
         match self {
             Kernel::MatVec1(f) => per_format!(f, "matvec1"),
             Kernel::MatVec(f) => per_format!(f, "matvec"),
+            Kernel::MatVecInt1(f, 1) => per_int_format!(f, "matvec_q1_r1"),
+            Kernel::MatVecInt1(f, 4) => per_int_format!(f, "matvec_q1_r4"),
+            Kernel::MatVecInt1(f, _) => per_int_format!(f, "matvec_q1_r2"),
+            Kernel::MatVecInt(f) => per_int_format!(f, "matvec_q4"),
             Kernel::MatMul(f) => per_format!(f, "matmul"),
             Kernel::Embed(f) => per_format!(f, "embed"),
             Kernel::RmsNorm => spv!("rms_norm"),
@@ -117,6 +151,8 @@ impl Kernel {
             Kernel::ReadBandwidth => spv!("read_bandwidth"),
             Kernel::QuantizeAct(ActRounding::Q8_0) => spv!("quantize_act_q8_0"),
             Kernel::QuantizeAct(ActRounding::Q8_K) => spv!("quantize_act_q8_k"),
+            Kernel::QuantizeActInt(ActRounding::Q8_0) => spv!("quantize_act_int_q8_0"),
+            Kernel::QuantizeActInt(ActRounding::Q8_K) => spv!("quantize_act_int_q8_k"),
         }
     }
 }
@@ -184,6 +220,9 @@ impl Pipelines {
             return Ok(p);
         }
         let name = self.ctx.name();
+        if k.spirv().is_empty() {
+            return Err(DeviceError::Unsupported { device: name, what: format!("no build of {k:?}") });
+        }
         let words = ash::util::read_spv(&mut std::io::Cursor::new(k.spirv())).map_err(|e| DeviceError::Unsupported { device: name.clone(), what: format!("SPIR-V of {k:?}: {e}") })?;
         let d = &self.ctx.device;
         // SAFETY: valid SPIR-V produced by glslc at build time.

@@ -63,6 +63,10 @@ pub enum MemoryKind {
     DeviceLocal,
     /// Mapped and coherent, for the host to write (step parameters, staging) and read (logits).
     HostVisible,
+    /// Mapped and coherent, in device memory where the device offers such a type (resizable BAR),
+    /// else as [`MemoryKind::HostVisible`]: small buffers the host writes once per step and every
+    /// kernel reads, so that a kernel's read does not cross the bus.
+    HostWriteDeviceRead,
     /// Device-local and exportable as an opaque fd.
     Exportable,
 }
@@ -85,11 +89,13 @@ impl Buffer {
         let buffer = unsafe { ctx.device.create_buffer(&info, None) }.map_err(|e| vk_error(&name, "vkCreateBuffer", e))?;
         // SAFETY: `buffer` was just created on this device.
         let req = unsafe { ctx.device.get_buffer_memory_requirements(buffer) };
-        let flags = match kind {
-            MemoryKind::DeviceLocal | MemoryKind::Exportable => vk::MemoryPropertyFlags::DEVICE_LOCAL,
-            MemoryKind::HostVisible => vk::MemoryPropertyFlags::HOST_VISIBLE | vk::MemoryPropertyFlags::HOST_COHERENT,
+        let host = vk::MemoryPropertyFlags::HOST_VISIBLE | vk::MemoryPropertyFlags::HOST_COHERENT;
+        let (flags, fallback) = match kind {
+            MemoryKind::DeviceLocal | MemoryKind::Exportable => (vk::MemoryPropertyFlags::DEVICE_LOCAL, Some(vk::MemoryPropertyFlags::empty())),
+            MemoryKind::HostVisible => (host, None),
+            MemoryKind::HostWriteDeviceRead => (host | vk::MemoryPropertyFlags::DEVICE_LOCAL, Some(host)),
         };
-        let Some(type_index) = ctx.memory_type(req.memory_type_bits, flags).or_else(|| if kind == MemoryKind::HostVisible { None } else { ctx.memory_type(req.memory_type_bits, vk::MemoryPropertyFlags::empty()) }) else {
+        let Some(type_index) = ctx.memory_type(req.memory_type_bits, flags).or_else(|| fallback.and_then(|f| ctx.memory_type(req.memory_type_bits, f))) else {
             // SAFETY: the buffer is unused.
             unsafe { ctx.device.destroy_buffer(buffer, None) };
             return Err(DeviceError::Unsupported { device: name, what: format!("no memory type for {what} ({flags:?})") });
@@ -100,7 +106,7 @@ impl Buffer {
         if kind == MemoryKind::Exportable {
             alloc = alloc.push_next(&mut export);
         }
-        Self::bind(ctx, buffer, &alloc, size, what, kind == MemoryKind::HostVisible, Origin::Allocated)
+        Self::bind(ctx, buffer, &alloc, size, what, matches!(kind, MemoryKind::HostVisible | MemoryKind::HostWriteDeviceRead), Origin::Allocated)
     }
 
     fn bind(ctx: &Arc<VulkanContext>, buffer: vk::Buffer, alloc: &vk::MemoryAllocateInfo<'_>, size: u64, what: &str, map: bool, origin: Origin) -> Result<Buffer, DeviceError> {

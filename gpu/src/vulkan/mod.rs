@@ -17,7 +17,7 @@ pub mod memory;
 pub mod ops;
 pub mod plan;
 
-pub use context::{list_devices, DeviceInfo, VulkanContext};
+pub use context::{list_devices, ContextOptions, DeviceInfo, VulkanContext};
 pub use memory::VulkanKvMemory;
 pub use plan::{KvSource, VulkanOptions, VulkanPlan};
 

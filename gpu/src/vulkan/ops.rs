@@ -10,7 +10,7 @@ use strata_quant::GgmlType;
 
 use super::context::VulkanContext;
 use super::conv;
-use super::kernels::{Kernel, Pipelines, Push, Recorder};
+use super::kernels::{ActRounding, Kernel, Pipelines, Push, Recorder};
 use super::memory::{Buffer, MemoryKind, OneShot, Origin, VulkanKvMemory};
 use crate::backend_ops::{rope_angles, AttentionArgs, OpBackend};
 use crate::kv_memory::HostKvMemory;
@@ -108,17 +108,53 @@ fn u32_bytes(v: &[u32]) -> Vec<u8> {
 
 impl OpBackend for VulkanOps {
     fn name(&self) -> String {
-        self.ctx.name()
+        if self.ctx.info.integer_dot_product && !self.ctx.integer_dot_product {
+            format!("{} (integer dot products off)", self.ctx.name())
+        } else {
+            self.ctx.name()
+        }
     }
 
+    /// As the plan computes a product: activations rounded as the CPU quantizes them for a
+    /// quantized weight (8-bit quants for the integer kernels of decode-sized steps, rounded f32
+    /// otherwise), then the product kernel.
     fn matmul(&mut self, ty: GgmlType, weight: &[u8], rows: usize, cols: usize, x: &[f32], n: usize) -> Result<Vec<f32>, DeviceError> {
         let (w, layout) = self.weight(ty, weight, rows, cols)?;
         let xb = self.upload(&conv::f32_bytes(x))?;
         let out = self.output(rows * n)?;
         let aux = if layout.aux_bytes == 0 { 0 } else { w.address() + layout.aux_offset };
-        let push = Push::new().addr(w.address()).addr(aux).addr(xb.address()).addr(out.address()).addr(0).u32(rows as u32).u32(cols as u32).u32(n as u32).u32(cols as u32).u32(rows as u32);
-        let (kernel, push, groups) = super::plan::product_dispatch(&self.ctx, layout.format, rows, n, push);
-        self.run(|r| r.dispatch(kernel, &push, groups))?;
+        let format = layout.format;
+        let push = Push::new().addr(w.address()).addr(aux);
+        let rounding = ActRounding::for_format(format);
+        let quantize_groups = [(n * cols.div_ceil(256)) as u32, 1, 1];
+        match rounding {
+            Some(r) if super::plan::uses_int_product(&self.ctx, format, n) => {
+                let (record_bytes, meta_offset) = super::plan::int_act_record(cols);
+                let records = self.output((n * record_bytes).div_ceil(4))?;
+                let quantize = Push::new().addr(xb.address()).addr(records.address()).u32(cols as u32).u32(cols as u32).u32(n as u32).u32(record_bytes as u32).u32(meta_offset as u32);
+                let push = push.addr(records.address()).addr(out.address()).addr(0).u32(rows as u32).u32(cols as u32).u32(n as u32).u32(record_bytes as u32).u32(rows as u32).u32(meta_offset as u32);
+                let (kernel, groups) = super::plan::int_product_dispatch(format, rows, n);
+                self.run(|rec| {
+                    rec.dispatch(Kernel::QuantizeActInt(r), &quantize, quantize_groups)?;
+                    rec.barrier();
+                    rec.dispatch(kernel, &push, groups)
+                })?;
+            }
+            _ => {
+                let rounded = self.output(x.len())?;
+                let input = if rounding.is_some() { rounded.address() } else { xb.address() };
+                let push = push.addr(input).addr(out.address()).addr(0).u32(rows as u32).u32(cols as u32).u32(n as u32).u32(cols as u32).u32(rows as u32);
+                let (kernel, push, groups) = super::plan::product_dispatch(&self.ctx, format, rows, n, push);
+                self.run(|rec| {
+                    if let Some(r) = rounding {
+                        let quantize = Push::new().addr(xb.address()).addr(rounded.address()).u32(cols as u32).u32(cols as u32).u32(n as u32);
+                        rec.dispatch(Kernel::QuantizeAct(r), &quantize, quantize_groups)?;
+                        rec.barrier();
+                    }
+                    rec.dispatch(kernel, &push, groups)
+                })?;
+            }
+        }
         Ok(Self::read(&out, rows * n))
     }
 

@@ -61,8 +61,44 @@ fn matvec_kernel(ctx: &VulkanContext, format: WeightFormat, n_tokens: usize) -> 
 }
 /// Tokens per matrix-vector pass.
 const MATVEC_TOKENS_PER_GROUP: usize = 4;
-/// Positions per attention split at least (a workgroup walks them in tiles of 128).
-const ATTENTION_SPLIT_MIN: usize = 128;
+
+/// Whether a product of `format` weights with `n_tokens` activation rows multiplies 8-bit
+/// activation quants by integer dot products (decode steps on a device that has them).
+pub(crate) fn uses_int_product(ctx: &VulkanContext, format: WeightFormat, n_tokens: usize) -> bool {
+    ctx.integer_dot_product && format.has_int_kernel() && n_tokens <= MATVEC_MAX_TOKENS
+}
+
+/// The 8-bit activation record of one row of `cols` activations (quantize_act.comp, INT_OUT):
+/// (bytes per record, byte offset of its block metadata).
+pub(crate) fn int_act_record(cols: usize) -> (usize, usize) {
+    let meta_offset = cols.next_multiple_of(16);
+    ((meta_offset + cols / 32 * 8).next_multiple_of(16), meta_offset)
+}
+
+/// Rows per workgroup of the one-token integer kernel: 2, or `STRATA_MATVEC_ROWS` (1, 2 or 4), a
+/// tuning knob read once.
+fn int_rows_per_group() -> u8 {
+    static ROWS: std::sync::OnceLock<u8> = std::sync::OnceLock::new();
+    *ROWS.get_or_init(|| std::env::var("STRATA_MATVEC_ROWS").ok().and_then(|v| v.parse().ok()).filter(|r| [1u8, 2, 4].contains(r)).unwrap_or(2))
+}
+
+/// The integer kernel and workgroup counts of a product of a `rows`-row weight with `n_tokens`
+/// activation records (at most [`MATVEC_MAX_TOKENS`]).
+pub(crate) fn int_product_dispatch(format: WeightFormat, rows: usize, n_tokens: usize) -> (Kernel, [u32; 3]) {
+    if n_tokens == 1 {
+        let per_group = int_rows_per_group();
+        (Kernel::MatVecInt1(format, per_group), [rows.div_ceil(per_group as usize) as u32, 1, 1])
+    } else {
+        (Kernel::MatVecInt(format), [rows.div_ceil(2) as u32, n_tokens.div_ceil(4) as u32, 1])
+    }
+}
+/// Positions per attention split at least (a workgroup walks them in tiles of 128): 128, or
+/// `STRATA_ATTENTION_SPLIT` (16, 32, 64 or 128), a tuning knob read once. Shorter splits make
+/// more workgroups for one decoded token.
+fn attention_split_min() -> usize {
+    static SPLIT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *SPLIT.get_or_init(|| std::env::var("STRATA_ATTENTION_SPLIT").ok().and_then(|v| v.parse().ok()).filter(|r| [16usize, 32, 64, 128].contains(r)).unwrap_or(128))
+}
 const ATTENTION_MAX_SPLITS: usize = 128;
 /// Limits of shaders/attention.comp.
 const ATTENTION_MAX_GROUP: usize = 8;
@@ -338,8 +374,10 @@ impl VulkanPlan {
         sizes.push((opts.max_context * 2 * half * 4) as u64);
         let widest_input = graph.ops.iter().filter_map(|op| if let Op::MatMul { input, .. } = op { Some(graph.buffer(*input).width) } else { None }).max().unwrap_or(0);
         let rows_max = opts.max_batch_tokens.max(opts.max_outputs);
-        sizes.push((rows_max * widest_input * 4) as u64);
-        sizes.push((rows_max * widest_input * 4) as u64);
+        // Rounded activations: f32 rows, or 8-bit records for decode steps.
+        let rounded_bytes = (rows_max * widest_input * 4).max(rows_max.min(MATVEC_MAX_TOKENS) * int_act_record(widest_input).0) as u64;
+        sizes.push(rounded_bytes);
+        sizes.push(rounded_bytes);
         let mut slices = arena.alloc_all(&sizes)?;
         let rounded_k = slices.pop().expect("allocated");
         let rounded_0 = slices.pop().expect("allocated");
@@ -358,7 +396,7 @@ impl VulkanPlan {
         let max_blocks_per_seq = opts.max_context.div_ceil(opts.block_size);
         let max_seqs = opts.max_seqs.clamp(1, opts.max_batch_tokens);
         let param_layout = ParamLayout::new(opts.max_batch_tokens, opts.max_outputs, max_seqs, max_blocks_per_seq);
-        let params = Buffer::new(ctx, (param_layout.total * 4) as u64, MemoryKind::HostVisible, "step parameters")?;
+        let params = Buffer::new(ctx, (param_layout.total * 4) as u64, MemoryKind::HostWriteDeviceRead, "step parameters")?;
         let readback = Buffer::new(ctx, (opts.max_outputs * hp.vocab_size * 4) as u64, MemoryKind::HostVisible, "logits readback")?;
         tracing::info!(device = %ctx.name(), weights_mib = weight_bytes >> 20, device_mib = arena.allocated_bytes() >> 20, "Vulkan plan compiled");
         Ok(VulkanPlan {
@@ -423,7 +461,7 @@ impl VulkanPlan {
         // scratch: a token's attention is then summed in the same order whatever else is in the
         // step (batch invariance), for every decode batch.
         let max_len = b.positions.iter().map(|&p| p as usize + 1).max().unwrap_or(1);
-        let mut split_len = ATTENTION_SPLIT_MIN;
+        let mut split_len = attention_split_min();
         while n * max_len.div_ceil(split_len) > self.split_budget || max_len.div_ceil(split_len) > ATTENTION_MAX_SPLITS {
             split_len *= 2;
         }
@@ -522,14 +560,17 @@ impl VulkanPlan {
                 }
                 Op::MatMul { input, outputs } => {
                     let rows_in = rows_of(graph, *input);
-                    let x_stride = graph.buffer(*input).width as u32;
+                    let cols = graph.buffer(*input).width;
+                    let x_stride = cols as u32;
+                    let int = ctx.integer_dot_product && rows_in <= MATVEC_MAX_TOKENS;
+                    let (record_bytes, meta_offset) = int_act_record(cols);
                     // Round the input once per rounding its projections need, as the CPU does.
                     let mut roundings: Vec<ActRounding> = outputs.iter().filter_map(|p| weights[p.weight.0 as usize].and_then(|w| ActRounding::for_format(w.layout.format))).collect();
                     roundings.dedup();
                     for r in &roundings {
-                        let cols = graph.buffer(*input).width;
-                        let push = Push::new().addr(addr_of(*input)).addr(rounded[*r as usize].address).u32(cols as u32).u32(x_stride).u32(rows_in as u32);
-                        rec.dispatch(Kernel::QuantizeAct(*r), &push, [(rows_in * cols.div_ceil(256)) as u32, 1, 1])?;
+                        let push = Push::new().addr(addr_of(*input)).addr(rounded[*r as usize].address).u32(cols as u32).u32(x_stride).u32(rows_in as u32).u32(record_bytes as u32).u32(meta_offset as u32);
+                        let kernel = if int { Kernel::QuantizeActInt(*r) } else { Kernel::QuantizeAct(*r) };
+                        rec.dispatch(kernel, &push, [(rows_in * cols.div_ceil(256)) as u32, 1, 1])?;
                     }
                     if !roundings.is_empty() {
                         rec.barrier();
@@ -537,20 +578,17 @@ impl VulkanPlan {
                     for p in outputs {
                         let w = weights[p.weight.0 as usize].ok_or_else(|| unsupported(ctx, "weight not uploaded".into()))?;
                         let bias = p.bias.and_then(|b| weights[b.0 as usize]).map_or(0, |b| b.address);
-                        let x = ActRounding::for_format(w.layout.format).map_or(addr_of(*input), |r| rounded[r as usize].address);
-                        let push = Push::new()
-                            .addr(w.address)
-                            .addr(w.aux())
-                            .addr(x)
-                            .addr(addr_of(p.out))
-                            .addr(bias)
-                            .u32(w.rows as u32)
-                            .u32(w.cols as u32)
-                            .u32(rows_in as u32)
-                            .u32(x_stride)
-                            .u32(graph.buffer(p.out).width as u32);
-                        let (kernel, push, groups) = product_dispatch(ctx, w.layout.format, w.rows, rows_in, push);
-                        rec.dispatch(kernel, &push, groups)?;
+                        let rounding = ActRounding::for_format(w.layout.format);
+                        let x = rounding.map_or(addr_of(*input), |r| rounded[r as usize].address);
+                        let push = Push::new().addr(w.address).addr(w.aux()).addr(x).addr(addr_of(p.out)).addr(bias).u32(w.rows as u32).u32(w.cols as u32).u32(rows_in as u32);
+                        let out_stride = graph.buffer(p.out).width as u32;
+                        if rounding.is_some() && uses_int_product(ctx, w.layout.format, rows_in) {
+                            let (kernel, groups) = int_product_dispatch(w.layout.format, w.rows, rows_in);
+                            rec.dispatch(kernel, &push.u32(record_bytes as u32).u32(out_stride).u32(meta_offset as u32), groups)?;
+                        } else {
+                            let (kernel, push, groups) = product_dispatch(ctx, w.layout.format, w.rows, rows_in, push.u32(x_stride).u32(out_stride));
+                            rec.dispatch(kernel, &push, groups)?;
+                        }
                     }
                 }
                 Op::Rope { buf, n_heads } => {

@@ -90,14 +90,23 @@ void main() {
             [[unroll]] for (uint g = 0; g < MAX_GROUP; g++) {
                 dot[g] = 0.0;
             }
-            for (uint d4 = 0; d4 < hd / 4; d4++) {
-                uvec2 raw = kc.v[kb + d4];
-                vec2 k01 = unpackHalf2x16(raw.x);
-                vec2 k23 = unpackHalf2x16(raw.y);
-                [[unroll]] for (uint g = 0; g < MAX_GROUP; g++) {
-                    if (g < group) {
-                        uint qi = g * hd + 4 * d4;
-                        dot[g] += qs[qi] * k01.x + qs[qi + 1] * k01.y + qs[qi + 2] * k23.x + qs[qi + 3] * k23.y;
+            // Eight loads in flight before their products (a loop of one load and its math
+            // waits out the memory latency at every step); the sums keep their order.
+            for (uint d0 = 0; d0 < hd / 4; d0 += 8) {
+                uvec2 raw[8];
+                [[unroll]] for (uint u = 0; u < 8; u++) {
+                    raw[u] = d0 + u < hd / 4 ? kc.v[kb + d0 + u] : uvec2(0);
+                }
+                [[unroll]] for (uint u = 0; u < 8; u++) {
+                    if (d0 + u < hd / 4) {
+                        vec2 k01 = unpackHalf2x16(raw[u].x);
+                        vec2 k23 = unpackHalf2x16(raw[u].y);
+                        [[unroll]] for (uint g = 0; g < MAX_GROUP; g++) {
+                            if (g < group) {
+                                uint qi = g * hd + 4 * (d0 + u);
+                                dot[g] += qs[qi] * k01.x + qs[qi + 1] * k01.y + qs[qi + 2] * k23.x + qs[qi + 3] * k23.y;
+                            }
+                        }
                     }
                 }
             }
@@ -152,11 +161,19 @@ void main() {
                 [[unroll]] for (uint g = 0; g < MAX_GROUP; g++) {
                     acc[g][slot] *= factor[g];
                 }
-                for (uint i = 0; i < n_tile; i++) {
-                    float vv = float(vc.v[cells[i] * pc.row_stride + kvh * hd + d]);
-                    [[unroll]] for (uint g = 0; g < MAX_GROUP; g++) {
-                        if (g < group) {
-                            acc[g][slot] += p[g][i] * vv;
+                // As for K: sixteen V loads in flight, then the sums in position order.
+                for (uint i0 = 0; i0 < n_tile; i0 += 16) {
+                    float vv[16];
+                    [[unroll]] for (uint u = 0; u < 16; u++) {
+                        vv[u] = i0 + u < n_tile ? float(vc.v[cells[i0 + u] * pc.row_stride + kvh * hd + d]) : 0.0;
+                    }
+                    [[unroll]] for (uint u = 0; u < 16; u++) {
+                        if (i0 + u < n_tile) {
+                            [[unroll]] for (uint g = 0; g < MAX_GROUP; g++) {
+                                if (g < group) {
+                                    acc[g][slot] += p[g][i0 + u] * vv[u];
+                                }
+                            }
                         }
                     }
                 }

@@ -1,11 +1,16 @@
 #version 450
 // Rounds activation rows the way the CPU device quantizes them before a quantized matrix product
-// (ggml's reference quantizers), and writes the rounded values back as f32: Q8_0/Q8_1 (blocks of
-// 32, scale amax/127 stored as f16, round half away from zero) for Q4_0, Q4_1 and Q8_0 weights;
-// Q8_K (blocks of 256, scale -max/127 in f32, round half to even) for the K-quants. The devices
-// then multiply the same activations, so Vulkan agrees with the CPU reference. One workgroup per
-// 256 elements of a row, one invocation per element; the block maximum is a tree reduction that
-// keeps the first element on ties, as the CPU's scan does.
+// (ggml's reference quantizers): Q8_0/Q8_1 (blocks of 32, scale amax/127 stored as f16, round half
+// away from zero) for Q4_0, Q4_1 and Q8_0 weights; Q8_K (blocks of 256, scale -max/127 in f32,
+// round half to even) for the K-quants. The devices then multiply the same activations, so Vulkan
+// agrees with the CPU reference. One workgroup per 256 elements of a row, one invocation per
+// element; the block maximum is a tree reduction that keeps the first element on ties, as the
+// CPU's scan does.
+//
+// Two outputs, by build: the rounded values as f32 (for the float kernels), or (INT_OUT) the
+// 8-bit quants themselves for the integer-dot-product kernels, as one record per row: the quants
+// at byte 0, then at `meta_offset` one (scale as f32 bits, sum of the 32 quants) pair per block of
+// 32 (for Q8_K the super-block's scale repeated in each of its eight blocks).
 #include "common.glsl"
 
 layout(local_size_x = 256) in;
@@ -16,6 +21,8 @@ layout(push_constant) uniform Push {
     uint cols;
     uint stride;
     uint n_rows;
+    uint out_stride;
+    uint meta_offset;
 } pc;
 
 #if defined(ACT_Q8_K)
@@ -24,8 +31,11 @@ layout(push_constant) uniform Push {
 #define SEG 32
 #endif
 
+layout(buffer_reference, std430, buffer_reference_align = 8) buffer U32x2s { uvec2 v[]; };
+
 shared float sa[256];
 shared float sv[256];
+shared int si[256];
 
 void main() {
     uint tid = gl_LocalInvocationID.x;
@@ -46,22 +56,48 @@ void main() {
     barrier();
     uint first = tid - tid % SEG;
     float amax = sa[first];
-    if (!valid) {
-        return;
-    }
-    float r;
+    // The quant and the scale its block stores.
+    int q;
+    float d;
 #if defined(ACT_Q8_K)
     if (amax == 0.0) {
-        r = 0.0;
+        q = 0;
+        d = 0.0;
     } else {
         float iscale = -127.0 / sv[first];
-        r = (1.0 / iscale) * min(roundEven(iscale * v), 127.0);
+        q = int(min(roundEven(iscale * v), 127.0));
+        d = 1.0 / iscale;
     }
 #else
-    float d = amax / 127.0;
-    float id = d != 0.0 ? 1.0 / d : 0.0;
-    float q = v * id;
-    r = (sign(q) * floor(abs(q) + 0.5)) * float(float16_t(d));
+    float dd = amax / 127.0;
+    float id = dd != 0.0 ? 1.0 / dd : 0.0;
+    float qf = v * id;
+    q = int(sign(qf) * floor(abs(qf) + 0.5));
+#ifdef INT_OUT
+    d = dd;
+#else
+    d = float(float16_t(dd));
 #endif
-    F32s(pc.out_).v[row * pc.stride + e] = r;
+#endif
+#ifdef INT_OUT
+    uint64_t rec = pc.out_ + uint64_t(row) * pc.out_stride;
+    if (valid) {
+        U8s(rec).v[e] = uint8_t(uint(q) & 0xFFu);
+    }
+    si[tid] = valid ? q : 0;
+    for (uint s = 16; s > 0; s >>= 1) {
+        barrier();
+        if (tid % 32 < s) {
+            si[tid] += si[tid + s];
+        }
+    }
+    barrier();
+    if (valid && tid % 32 == 0) {
+        U32x2s(rec + pc.meta_offset).v[e / 32] = uvec2(floatBitsToUint(d), uint(si[tid]));
+    }
+#else
+    if (valid) {
+        F32s(pc.out_).v[row * pc.stride + e] = float(q) * d;
+    }
+#endif
 }

@@ -25,10 +25,18 @@ void main() {
     uint in_base = (r / pc.per_token) * pc.in_stride + (r % pc.per_token) * pc.width;
     uint out_base = (r / pc.per_token) * pc.out_stride + (r % pc.per_token) * pc.width;
     F32s x = F32s(pc.x);
+    // Eight loads in flight per invocation before their squares are summed, in the order a
+    // plain loop over i = tid, tid + 128, ... would sum them (absent elements add +0).
     float s = 0.0;
-    for (uint i = tid; i < pc.width; i += 128) {
-        float v = x.v[in_base + i];
-        s += v * v;
+    for (uint i0 = tid; i0 < pc.width; i0 += 128 * 8) {
+        float v[8];
+        [[unroll]] for (uint u = 0; u < 8; u++) {
+            uint i = i0 + 128 * u;
+            v[u] = i < pc.width ? x.v[in_base + i] : 0.0;
+        }
+        [[unroll]] for (uint u = 0; u < 8; u++) {
+            s += v[u] * v[u];
+        }
     }
     partial[tid] = s;
     for (uint k = 64; k > 0; k >>= 1) {
@@ -41,7 +49,19 @@ void main() {
     float scale = 1.0 / sqrt(partial[0] / float(pc.width) + pc.eps);
     F32s w = F32s(pc.weight);
     F32s o = F32s(pc.out_);
-    for (uint i = tid; i < pc.width; i += 128) {
-        o.v[out_base + i] = x.v[in_base + i] * scale * w.v[i];
+    for (uint i0 = tid; i0 < pc.width; i0 += 128 * 8) {
+        float v[8];
+        float wv[8];
+        [[unroll]] for (uint u = 0; u < 8; u++) {
+            uint i = i0 + 128 * u;
+            v[u] = i < pc.width ? x.v[in_base + i] : 0.0;
+            wv[u] = i < pc.width ? w.v[i] : 0.0;
+        }
+        [[unroll]] for (uint u = 0; u < 8; u++) {
+            uint i = i0 + 128 * u;
+            if (i < pc.width) {
+                o.v[out_base + i] = v[u] * scale * wv[u];
+            }
+        }
     }
 }
