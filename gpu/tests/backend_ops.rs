@@ -415,3 +415,50 @@ fn a_vulkan_kv_arena_exported_as_opaque_fds_is_imported_in_place_by_another_devi
     theirs.write_bytes(0, 0, &data[..1024]).expect("write");
     assert_eq!(mine.read_bytes(0, 0, 1024).expect("read"), &data[..1024]);
 }
+
+/// The RMSNorm that quantizes for the next product writes the same normalized rows as the plain
+/// one and the same 8-bit records (quants, scales, sums) as the quantizer run on them, bit for
+/// bit, including all-zero blocks and ties of the largest magnitude.
+#[test]
+fn fused_rms_norm_quantizes_exactly_as_the_quantizer() {
+    use strata_gpu::vulkan::kernels::ActRounding;
+    let devices = strata_gpu::vulkan::list_devices().unwrap_or_default();
+    let Some(d) = devices.iter().find(|d| d.usable) else {
+        assert!(!require_vulkan(), "no Vulkan device");
+        return;
+    };
+    let ctx = VulkanContext::new(d.index).expect("open");
+    let mut ops = VulkanOps::new(&ctx).expect("ops");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(31);
+    for (rounding, cols) in [(ActRounding::Q8_0, 96usize), (ActRounding::Q8_0, 3584), (ActRounding::Q8_K, 768), (ActRounding::Q8_K, 4864)] {
+        let rows = 3;
+        let mut x = random(&mut rng, rows * cols, 3.0);
+        x[cols..cols + 32].iter_mut().for_each(|v| *v = 0.0); // an all-zero block
+        x[2 * cols + 40] = -50.0; // a tie of the largest magnitude, both signs, across blocks
+        x[2 * cols + 70] = 50.0;
+        let weight: Vec<f32> = (0..cols).map(|i| if i == 70 { 1.0 } else { 0.5 + (i % 7) as f32 * 0.1 }).collect();
+        let mut w = weight.clone();
+        w[40] = 1.0;
+        let (normed, records) = ops.rms_norm_with_records(rounding, &x, &w, 1e-6).expect("fused");
+        let plain = ops.rms_norm(&x, &w, 1e-6).expect("rms_norm");
+        assert_eq!(normed, plain, "{rounding:?} {cols}: normalized rows");
+        let want = ops.int_records(rounding, &plain, cols).expect("records");
+        assert_eq!(records.len(), want.len());
+        // Each record's quants and block metadata (not the padding after them).
+        let record = records.len() / rows;
+        let meta_offset = cols.next_multiple_of(16);
+        let word = |b: &[u8], at: usize| u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+        for r in 0..rows {
+            let (a, b) = (&records[r * record..(r + 1) * record], &want[r * record..(r + 1) * record]);
+            assert_eq!(a[..cols], b[..cols], "{rounding:?} {cols}: row {r} quants");
+            for blk in 0..cols / 32 {
+                let at = meta_offset + 8 * blk;
+                assert_eq!(word(a, at + 4), word(b, at + 4), "{rounding:?} {cols}: row {r} block {blk} quant sum");
+                // The scale may differ in its last bit: a shader's division need not be
+                // correctly rounded.
+                let (sa, sb) = (word(a, at) as i64, word(b, at) as i64);
+                assert!((sa - sb).abs() <= 1, "{rounding:?} {cols}: row {r} block {blk} scale {} vs {}", f32::from_bits(sa as u32), f32::from_bits(sb as u32));
+            }
+        }
+    }
+}

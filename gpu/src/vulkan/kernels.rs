@@ -44,6 +44,8 @@ pub enum Kernel {
     RmsNorm,
     Rope,
     StoreKv,
+    /// RoPE of Q and K and the K/V store in one dispatch.
+    RopeStore,
     Attention,
     AttentionCombine,
     SwiGlu,
@@ -55,6 +57,8 @@ pub enum Kernel {
     /// The same quantization, written as 8-bit quants with block scales and sums (the input of
     /// the integer-dot-product kernels).
     QuantizeActInt(ActRounding),
+    /// RMSNorm that also writes the normalized rows as 8-bit records (QuantizeActInt's output).
+    RmsNormInt(ActRounding),
 }
 
 /// How activations are rounded before a product with a weight (the CPU device's activation
@@ -143,6 +147,7 @@ impl Kernel {
             Kernel::RmsNorm => spv!("rms_norm"),
             Kernel::Rope => spv!("rope"),
             Kernel::StoreKv => spv!("store_kv"),
+            Kernel::RopeStore => spv!("rope_store"),
             Kernel::Attention => spv!("attention"),
             Kernel::AttentionCombine => spv!("attention_combine"),
             Kernel::SwiGlu => spv!("swiglu"),
@@ -153,6 +158,8 @@ impl Kernel {
             Kernel::QuantizeAct(ActRounding::Q8_K) => spv!("quantize_act_q8_k"),
             Kernel::QuantizeActInt(ActRounding::Q8_0) => spv!("quantize_act_int_q8_0"),
             Kernel::QuantizeActInt(ActRounding::Q8_K) => spv!("quantize_act_int_q8_k"),
+            Kernel::RmsNormInt(ActRounding::Q8_0) => spv!("rms_norm_int_q8_0"),
+            Kernel::RmsNormInt(ActRounding::Q8_K) => spv!("rms_norm_int_q8_k"),
         }
     }
 }
@@ -339,6 +346,17 @@ impl Recorder<'_> {
         let mb = vk::MemoryBarrier::default().src_access_mask(vk::AccessFlags::SHADER_WRITE).dst_access_mask(vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE);
         // SAFETY: recording.
         unsafe { self.device.cmd_pipeline_barrier(self.cb, vk::PipelineStageFlags::COMPUTE_SHADER, vk::PipelineStageFlags::COMPUTE_SHADER, vk::DependencyFlags::empty(), &[mb], &[], &[]) };
+    }
+
+    /// Copies `bytes` from `src` to `dst` at the start of a step, before every later shader and
+    /// indirect-dispatch read (the host's writes to `src` are visible to the submission).
+    pub fn copy_in(&mut self, src: vk::Buffer, dst: vk::Buffer, bytes: u64) {
+        let after = vk::MemoryBarrier::default().src_access_mask(vk::AccessFlags::TRANSFER_WRITE).dst_access_mask(vk::AccessFlags::SHADER_READ | vk::AccessFlags::INDIRECT_COMMAND_READ);
+        // SAFETY: recording; both buffers are live and hold `bytes`.
+        unsafe {
+            self.device.cmd_copy_buffer(self.cb, src, dst, &[vk::BufferCopy { src_offset: 0, dst_offset: 0, size: bytes }]);
+            self.device.cmd_pipeline_barrier(self.cb, vk::PipelineStageFlags::TRANSFER, vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::DRAW_INDIRECT, vk::DependencyFlags::empty(), &[after], &[], &[]);
+        }
     }
 
     /// Writes a timestamp into `pool` at `index` once every earlier command has completed.

@@ -95,6 +95,39 @@ impl VulkanOps {
         Ok(Self::read(&out, x.len()))
     }
 
+    /// `rows` rows of `cols` activations as the 8-bit records the integer kernels read (quants,
+    /// then per 32-element block the scale bits and the quant sum), as raw bytes.
+    ///
+    /// # Errors
+    /// A device failure.
+    pub fn int_records(&mut self, rounding: ActRounding, x: &[f32], cols: usize) -> Result<Vec<u8>, DeviceError> {
+        let rows = x.len() / cols;
+        let (record_bytes, meta_offset) = super::plan::int_act_record(cols);
+        let xb = self.upload(&conv::f32_bytes(x))?;
+        let out = self.output((rows * record_bytes).div_ceil(4))?;
+        let push = Push::new().addr(xb.address()).addr(out.address()).u32(cols as u32).u32(cols as u32).u32(rows as u32).u32(record_bytes as u32).u32(meta_offset as u32);
+        self.run(|r| r.dispatch(Kernel::QuantizeActInt(rounding), &push, [(rows * cols.div_ceil(256)) as u32, 1, 1]))?;
+        Ok(out.mapped().unwrap_or(&[])[..rows * record_bytes].to_vec())
+    }
+
+    /// RMSNorm of `x`'s rows that also writes them as 8-bit records (the fused kernel the plan
+    /// uses before a product): (normalized rows, records).
+    ///
+    /// # Errors
+    /// A device failure.
+    pub fn rms_norm_with_records(&mut self, rounding: ActRounding, x: &[f32], weight: &[f32], eps: f32) -> Result<(Vec<f32>, Vec<u8>), DeviceError> {
+        let d = weight.len();
+        let rows = x.len() / d;
+        let (record_bytes, meta_offset) = super::plan::int_act_record(d);
+        let xb = self.upload(&conv::f32_bytes(x))?;
+        let wb = self.upload(&conv::f32_bytes(weight))?;
+        let out = self.output(x.len())?;
+        let records = self.output((rows * record_bytes).div_ceil(4))?;
+        let push = Push::new().addr(xb.address()).addr(wb.address()).addr(out.address()).addr(records.address()).u32(d as u32).u32(1).u32(d as u32).u32(d as u32).f32(eps).u32(record_bytes as u32).u32(meta_offset as u32);
+        self.run(|r| r.dispatch(Kernel::RmsNormInt(rounding), &push, [rows as u32, 1, 1]))?;
+        Ok((Self::read(&out, x.len()), records.mapped().unwrap_or(&[])[..rows * record_bytes].to_vec()))
+    }
+
     /// Where each imported chunk of `kv` came from (host pointers, for the zero-copy check).
     pub fn import_origins(&self, kv: &Arc<HostKvMemory>) -> Option<Vec<Origin>> {
         let key = kv.chunk_raw(0).map_or(0, |(p, _)| p as usize);
@@ -132,7 +165,7 @@ impl OpBackend for VulkanOps {
                 let (record_bytes, meta_offset) = super::plan::int_act_record(cols);
                 let records = self.output((n * record_bytes).div_ceil(4))?;
                 let quantize = Push::new().addr(xb.address()).addr(records.address()).u32(cols as u32).u32(cols as u32).u32(n as u32).u32(record_bytes as u32).u32(meta_offset as u32);
-                let push = push.addr(records.address()).addr(out.address()).addr(0).u32(rows as u32).u32(cols as u32).u32(n as u32).u32(record_bytes as u32).u32(rows as u32).u32(meta_offset as u32);
+                let push = push.addr(records.address()).addr(out.address()).addr(0).u32(rows as u32).u32(cols as u32).u32(n as u32).u32(record_bytes as u32).u32(rows as u32).u32(meta_offset as u32).u32(0);
                 let (kernel, groups) = super::plan::int_product_dispatch(format, rows, n);
                 self.run(|rec| {
                     rec.dispatch(Kernel::QuantizeActInt(r), &quantize, quantize_groups)?;

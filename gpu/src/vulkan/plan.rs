@@ -92,14 +92,15 @@ pub(crate) fn int_product_dispatch(format: WeightFormat, rows: usize, n_tokens: 
         (Kernel::MatVecInt(format), [rows.div_ceil(2) as u32, n_tokens.div_ceil(4) as u32, 1])
     }
 }
-/// Positions per attention split at least (a workgroup walks them in tiles of 128): 128, or
+/// Positions per attention split at least (a workgroup walks them in tiles of 128): 64, or
 /// `STRATA_ATTENTION_SPLIT` (16, 32, 64 or 128), a tuning knob read once. Shorter splits make
-/// more workgroups for one decoded token.
+/// more workgroups for one decoded token (H200, 7B shape at context 512, decode t/s: 220 with
+/// 128, 228 with 64, 232 with 32).
 fn attention_split_min() -> usize {
     static SPLIT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *SPLIT.get_or_init(|| std::env::var("STRATA_ATTENTION_SPLIT").ok().and_then(|v| v.parse().ok()).filter(|r| [16usize, 32, 64, 128].contains(r)).unwrap_or(128))
+    *SPLIT.get_or_init(|| std::env::var("STRATA_ATTENTION_SPLIT").ok().and_then(|v| v.parse().ok()).filter(|r| [16usize, 32, 64, 128].contains(r)).unwrap_or(64))
 }
-const ATTENTION_MAX_SPLITS: usize = 128;
+const ATTENTION_MAX_SPLITS: usize = 256;
 /// Limits of shaders/attention.comp.
 const ATTENTION_MAX_GROUP: usize = 8;
 const ATTENTION_MAX_HEAD_DIM: usize = 256;
@@ -167,7 +168,10 @@ pub struct VulkanPlan {
     /// Rounded copies of a product's input, one per rounding (Q8_0-style, Q8_K-style).
     rounded: [Slice; 2],
     arena: DeviceArena,
+    /// The step parameters as the host writes them, and their device-local copy that the kernels
+    /// read (copied at the start of each step: a kernel's read then never crosses the bus).
     params: Buffer,
+    params_device: Buffer,
     param_layout: ParamLayout,
     readback: Buffer,
     kv: VulkanKvMemory,
@@ -307,8 +311,8 @@ impl VulkanPlan {
     pub fn compile(ctx: &Arc<VulkanContext>, graph: ForwardGraph, file: &GgufFile, kv: KvSource, opts: VulkanOptions) -> Result<VulkanPlan, DeviceError> {
         let hp = graph.hparams.clone();
         let group = hp.n_heads / hp.n_kv_heads.max(1);
-        if group > ATTENTION_MAX_GROUP || hp.head_dim > ATTENTION_MAX_HEAD_DIM || !hp.head_dim.is_multiple_of(4) || group * hp.head_dim > ATTENTION_MAX_Q || !hp.n_heads.is_multiple_of(hp.n_kv_heads.max(1)) {
-            return Err(unsupported(ctx, format!("attention with {} query heads per KV head of {} dimensions (the shader takes up to {ATTENTION_MAX_GROUP} heads of a multiple of 4 up to {ATTENTION_MAX_HEAD_DIM} dimensions)", group, hp.head_dim)));
+        if group > ATTENTION_MAX_GROUP || hp.head_dim > ATTENTION_MAX_HEAD_DIM || !hp.head_dim.is_multiple_of(8) || group * hp.head_dim > ATTENTION_MAX_Q || !hp.n_heads.is_multiple_of(hp.n_kv_heads.max(1)) {
+            return Err(unsupported(ctx, format!("attention with {} query heads per KV head of {} dimensions (the shader takes up to {ATTENTION_MAX_GROUP} heads of a multiple of 8 up to {ATTENTION_MAX_HEAD_DIM} dimensions)", group, hp.head_dim)));
         }
         let (kv, kv_host) = match kv {
             KvSource::Allocate(layout) => (VulkanKvMemory::allocate(ctx, &layout)?, None),
@@ -396,7 +400,8 @@ impl VulkanPlan {
         let max_blocks_per_seq = opts.max_context.div_ceil(opts.block_size);
         let max_seqs = opts.max_seqs.clamp(1, opts.max_batch_tokens);
         let param_layout = ParamLayout::new(opts.max_batch_tokens, opts.max_outputs, max_seqs, max_blocks_per_seq);
-        let params = Buffer::new(ctx, (param_layout.total * 4) as u64, MemoryKind::HostWriteDeviceRead, "step parameters")?;
+        let params = Buffer::new(ctx, (param_layout.total * 4) as u64, MemoryKind::HostVisible, "step parameters")?;
+        let params_device = Buffer::new(ctx, (param_layout.total * 4) as u64, MemoryKind::DeviceLocal, "step parameters (device copy)")?;
         let readback = Buffer::new(ctx, (opts.max_outputs * hp.vocab_size * 4) as u64, MemoryKind::HostVisible, "logits readback")?;
         tracing::info!(device = %ctx.name(), weights_mib = weight_bytes >> 20, device_mib = arena.allocated_bytes() >> 20, "Vulkan plan compiled");
         Ok(VulkanPlan {
@@ -411,6 +416,7 @@ impl VulkanPlan {
             rounded: [rounded_0, rounded_k],
             arena,
             params,
+            params_device,
             param_layout,
             readback,
             kv,
@@ -440,7 +446,7 @@ impl VulkanPlan {
 
 
     fn param_addr(&self, word: usize) -> u64 {
-        self.params.address() + (word * 4) as u64
+        self.params_device.address() + (word * 4) as u64
     }
 
     fn write_params(&mut self, b: &StepBatch<'_>) -> Result<(), DeviceError> {
@@ -527,17 +533,32 @@ impl VulkanPlan {
         let (graph, weights, bufs, kv, ctx) = (&self.graph, &self.weights, &self.bufs, &self.kv, &self.ctx);
         let (partial, rope_table, block_size, rounded) = (self.partial, self.rope_table, self.opts.block_size, self.rounded);
         let addr_of = |id: BufId| bufs[id.0 as usize].address;
-        let params_buffer = self.params.buffer;
+        let params_buffer = self.params_device.buffer;
+        let (params_host, params_bytes) = (self.params.buffer, (pl.total * 4) as u64);
         let profile_pool = self.profiler.as_ref().map(|p| (p.pool, p.capacity));
         if let Some((pool, n)) = profile_pool {
             // SAFETY: recording; the pool has `n` queries.
             unsafe { device.cmd_reset_query_pool(cb, pool, 0, n) };
         }
         let mut rec = Recorder { device: &device, cb, pipelines: &mut self.pipelines };
+        rec.copy_in(params_host, params_buffer, params_bytes);
         if let Some((pool, _)) = profile_pool {
             rec.timestamp(pool, 0);
         }
+        // Ops another op's dispatch did (fused) are skipped: a product whose output only feeds
+        // the residual add that follows it adds into the residual stream itself (the integer
+        // kernels); RoPE of Q and K and the K/V store are one dispatch.
+        let mut skip_ops = 0usize;
+        // Set by an RMSNorm that quantized its output for the product that follows.
+        let mut prequantized = false;
         for (op_index, op) in ops.iter().enumerate() {
+            if skip_ops > 0 {
+                skip_ops -= 1;
+                if let Some((pool, _)) = profile_pool {
+                    rec.timestamp(pool, op_index as u32 + 1);
+                }
+                continue;
+            }
             match op {
                 Op::Embed { table, out } => {
                     let w = weights[table.0 as usize].ok_or_else(|| unsupported(ctx, "embedding table not uploaded".into()))?;
@@ -549,8 +570,25 @@ impl VulkanPlan {
                     let rows = rows_of(graph, *input);
                     let width = graph.buffer(*input).width as u32;
                     let w = weights[weight.0 as usize].map_or(0, |w| w.address);
-                    let push = Push::new().addr(addr_of(*input)).addr(w).addr(addr_of(*out)).u32(width).u32(1).u32(width).u32(graph.buffer(*out).width as u32).f32(hp.rms_eps);
-                    rec.dispatch(Kernel::RmsNorm, &push, [rows as u32, 1, 1])?;
+                    let out_width = graph.buffer(*out).width as u32;
+                    // Quantize for the product that follows, in the same dispatch, when it reads
+                    // this output as 8-bit records.
+                    let fused = match ops.get(op_index + 1) {
+                        Some(Op::MatMul { input: next, outputs }) if next == out && ctx.integer_dot_product && rows <= MATVEC_MAX_TOKENS => fusable_rounding(ctx, weights, outputs, width as usize),
+                        _ => None,
+                    };
+                    match fused {
+                        Some(r) => {
+                            let (record_bytes, meta_offset) = int_act_record(width as usize);
+                            let push = Push::new().addr(addr_of(*input)).addr(w).addr(addr_of(*out)).addr(rounded[r as usize].address).u32(width).u32(1).u32(width).u32(out_width).f32(hp.rms_eps).u32(record_bytes as u32).u32(meta_offset as u32);
+                            rec.dispatch(Kernel::RmsNormInt(r), &push, [rows as u32, 1, 1])?;
+                            prequantized = true;
+                        }
+                        None => {
+                            let push = Push::new().addr(addr_of(*input)).addr(w).addr(addr_of(*out)).u32(width).u32(1).u32(width).u32(out_width).f32(hp.rms_eps);
+                            rec.dispatch(Kernel::RmsNorm, &push, [rows as u32, 1, 1])?;
+                        }
+                    }
                 }
                 Op::HeadNorm { buf, weight, n_heads } => {
                     let width = graph.buffer(*buf).width as u32;
@@ -567,6 +605,10 @@ impl VulkanPlan {
                     // Round the input once per rounding its projections need, as the CPU does.
                     let mut roundings: Vec<ActRounding> = outputs.iter().filter_map(|p| weights[p.weight.0 as usize].and_then(|w| ActRounding::for_format(w.layout.format))).collect();
                     roundings.dedup();
+                    if std::mem::take(&mut prequantized) {
+                        // The RMSNorm before wrote the records (and a barrier followed it).
+                        roundings.clear();
+                    }
                     for r in &roundings {
                         let push = Push::new().addr(addr_of(*input)).addr(rounded[*r as usize].address).u32(cols as u32).u32(x_stride).u32(rows_in as u32).u32(record_bytes as u32).u32(meta_offset as u32);
                         let kernel = if int { Kernel::QuantizeActInt(*r) } else { Kernel::QuantizeAct(*r) };
@@ -583,13 +625,53 @@ impl VulkanPlan {
                         let push = Push::new().addr(w.address).addr(w.aux()).addr(x).addr(addr_of(p.out)).addr(bias).u32(w.rows as u32).u32(w.cols as u32).u32(rows_in as u32);
                         let out_stride = graph.buffer(p.out).width as u32;
                         if rounding.is_some() && uses_int_product(ctx, w.layout.format, rows_in) {
+                            let fused_add = match ops.get(op_index + 1) {
+                                Some(Op::Add { acc, other }) if outputs.len() == 1 && *other == p.out && only_added(ops, p.out) => Some(*acc),
+                                _ => None,
+                            };
                             let (kernel, groups) = int_product_dispatch(w.layout.format, w.rows, rows_in);
-                            rec.dispatch(kernel, &push.u32(record_bytes as u32).u32(out_stride).u32(meta_offset as u32), groups)?;
+                            let push = match fused_add {
+                                Some(acc) => {
+                                    skip_ops = 1;
+                                    Push::new().addr(w.address).addr(w.aux()).addr(x).addr(addr_of(acc)).addr(bias).u32(w.rows as u32).u32(w.cols as u32).u32(rows_in as u32).u32(record_bytes as u32).u32(graph.buffer(acc).width as u32).u32(meta_offset as u32).u32(1)
+                                }
+                                None => push.u32(record_bytes as u32).u32(out_stride).u32(meta_offset as u32).u32(0),
+                            };
+                            rec.dispatch(kernel, &push, groups)?;
                         } else {
                             let (kernel, push, groups) = product_dispatch(ctx, w.layout.format, w.rows, rows_in, push.u32(x_stride).u32(out_stride));
                             rec.dispatch(kernel, &push, groups)?;
                         }
                     }
+                }
+                Op::Rope { buf: q_buf, n_heads: n_q_heads } if matches!((ops.get(op_index + 1), ops.get(op_index + 2)), (Some(Op::Rope { buf: k1, .. }), Some(Op::StoreKv { k: k2, .. })) if k1 == k2 && k1 != q_buf) => {
+                    let (Some(Op::Rope { buf: k_buf, n_heads: n_kv_heads }), Some(Op::StoreKv { layer, v, .. })) = (ops.get(op_index + 1), ops.get(op_index + 2)) else { unreachable!("matched above") };
+                    let (kc, vc, stride) = kv_addresses(ctx, kv, *layer)?;
+                    let half = hp.rope_dims / 2;
+                    let kv_width = graph.buffer(*k_buf).width;
+                    let total = n * (n_q_heads + n_kv_heads) * half + n * kv_width;
+                    let push = Push::new()
+                        .addr(addr_of(*q_buf))
+                        .addr(addr_of(*k_buf))
+                        .addr(addr_of(*v))
+                        .addr(rope_table.address)
+                        .addr(kc)
+                        .addr(vc)
+                        .addr(p_pos)
+                        .addr(p_seq)
+                        .addr(p_toff)
+                        .addr(p_tables)
+                        .u32(graph.buffer(*q_buf).width as u32)
+                        .u32(*n_q_heads as u32)
+                        .u32(*n_kv_heads as u32)
+                        .u32(hp.head_dim as u32)
+                        .u32(half as u32)
+                        .u32(u32::from(graph.rope_style == RopeStyle::Neox))
+                        .u32(n as u32)
+                        .u32((stride / 2) as u32)
+                        .u32(block_size as u32);
+                    rec.dispatch(Kernel::RopeStore, &push, [total.div_ceil(64) as u32, 1, 1])?;
+                    skip_ops = 2;
                 }
                 Op::Rope { buf, n_heads } => {
                     let half = hp.rope_dims / 2;
@@ -677,6 +759,44 @@ impl VulkanPlan {
         }
         Ok(())
     }
+}
+
+/// Elements per row at most of the RMSNorm that also quantizes (shaders/rms_norm.comp, MAX_ROW),
+/// and the shared memory it declares.
+const RMS_NORM_INT_MAX_ROW: usize = 6144;
+const RMS_NORM_INT_SHARED_BYTES: u32 = (RMS_NORM_INT_MAX_ROW as u32 / 32 * 2 + RMS_NORM_INT_MAX_ROW as u32 + 128) * 4;
+
+/// The one activation rounding of `outputs` when an RMSNorm of `width`-element rows can quantize
+/// for them (integer kernels, a row its shared memory holds), else `None`.
+fn fusable_rounding(ctx: &VulkanContext, weights: &[Option<GpuWeight>], outputs: &[strata_model::graph::Projection], width: usize) -> Option<ActRounding> {
+    if width > RMS_NORM_INT_MAX_ROW || ctx.info.max_shared_memory_bytes < RMS_NORM_INT_SHARED_BYTES {
+        return None;
+    }
+    let mut found: Option<ActRounding> = None;
+    for p in outputs {
+        let w = weights[p.weight.0 as usize]?;
+        let r = ActRounding::for_format(w.layout.format)?;
+        if !w.layout.format.has_int_kernel() || found.is_some_and(|f| f != r) {
+            return None;
+        }
+        found = Some(r);
+    }
+    let block = if found? == ActRounding::Q8_K { 256 } else { 32 };
+    width.is_multiple_of(block).then_some(found?)
+}
+
+/// Whether `buf` is read by nothing but residual adds of it (a projection's output that only
+/// joins the residual stream).
+fn only_added(ops: &[Op], buf: BufId) -> bool {
+    ops.iter().all(|op| match op {
+        Op::Add { acc, .. } => *acc != buf,
+        Op::RmsNorm { input, .. } | Op::MatMul { input, .. } | Op::SelectRows { input, .. } => *input != buf,
+        Op::HeadNorm { buf: b, .. } | Op::Rope { buf: b, .. } => *b != buf,
+        Op::StoreKv { k, v, .. } => *k != buf && *v != buf,
+        Op::Attention { q, .. } => *q != buf,
+        Op::SwiGlu { gate, up, .. } => *gate != buf && *up != buf,
+        Op::Embed { .. } => true,
+    })
 }
 
 /// Device addresses of `layer`'s K and V tensors in the arena, and their row stride in bytes.

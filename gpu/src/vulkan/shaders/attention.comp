@@ -59,9 +59,20 @@ void main() {
     U32s tables = U32s(pc.tables);
     F16s vc = F16s(pc.v_cache);
 
-    for (uint i = tid; i < group * hd; i += WG) {
-        // Rounded to f16 as the CPU device (and ggml) does before meeting the f16 cache.
-        qs[i] = float(float16_t(F32s(pc.q).v[t * pc.q_stride + kvh * group * hd + i]));
+    // The group's queries, rounded to f16 as the CPU device (and ggml) does before meeting the
+    // f16 cache; up to eight loads in flight per invocation.
+    for (uint i0 = tid; i0 < group * hd; i0 += WG * 8) {
+        float qv[8];
+        [[unroll]] for (uint u = 0; u < 8; u++) {
+            uint i = i0 + u * WG;
+            qv[u] = i < group * hd ? F32s(pc.q).v[t * pc.q_stride + kvh * group * hd + i] : 0.0;
+        }
+        [[unroll]] for (uint u = 0; u < 8; u++) {
+            uint i = i0 + u * WG;
+            if (i < group * hd) {
+                qs[i] = float(float16_t(qv[u]));
+            }
+        }
     }
     float m[MAX_GROUP];
     float l[MAX_GROUP];
@@ -85,26 +96,30 @@ void main() {
             cells[tid] = cell;
             // The K row of this position, 4 halves per load.
             uint kb = (cell * pc.row_stride + kvh * hd) / 4;
-            U32x2s kc = U32x2s(pc.k_cache);
             float dot[MAX_GROUP];
             [[unroll]] for (uint g = 0; g < MAX_GROUP; g++) {
                 dot[g] = 0.0;
             }
-            // Eight loads in flight before their products (a loop of one load and its math
-            // waits out the memory latency at every step); the sums keep their order.
-            for (uint d0 = 0; d0 < hd / 4; d0 += 8) {
-                uvec2 raw[8];
+            // Eight 16-byte loads of the row in flight before their products (a loop of one
+            // load and its math waits out the memory latency at every step); the sums keep
+            // their order.
+            U32x4s kc4 = U32x4s(pc.k_cache);
+            for (uint u0 = 0; u0 < hd / 8; u0 += 8) {
+                uvec4 raw[8];
                 [[unroll]] for (uint u = 0; u < 8; u++) {
-                    raw[u] = d0 + u < hd / 4 ? kc.v[kb + d0 + u] : uvec2(0);
+                    raw[u] = u0 + u < hd / 8 ? kc4.v[kb / 2 + u0 + u] : uvec4(0);
                 }
                 [[unroll]] for (uint u = 0; u < 8; u++) {
-                    if (d0 + u < hd / 4) {
-                        vec2 k01 = unpackHalf2x16(raw[u].x);
-                        vec2 k23 = unpackHalf2x16(raw[u].y);
-                        [[unroll]] for (uint g = 0; g < MAX_GROUP; g++) {
-                            if (g < group) {
-                                uint qi = g * hd + 4 * (d0 + u);
-                                dot[g] += qs[qi] * k01.x + qs[qi + 1] * k01.y + qs[qi + 2] * k23.x + qs[qi + 3] * k23.y;
+                    if (u0 + u < hd / 8) {
+                        [[unroll]] for (uint half_ = 0; half_ < 2; half_++) {
+                            vec2 k01 = unpackHalf2x16(half_ == 0 ? raw[u].x : raw[u].z);
+                            vec2 k23 = unpackHalf2x16(half_ == 0 ? raw[u].y : raw[u].w);
+                            uint d4 = 2 * (u0 + u) + half_;
+                            [[unroll]] for (uint g = 0; g < MAX_GROUP; g++) {
+                                if (g < group) {
+                                    uint qi = g * hd + 4 * d4;
+                                    dot[g] += qs[qi] * k01.x + qs[qi + 1] * k01.y + qs[qi + 2] * k23.x + qs[qi + 3] * k23.y;
+                                }
                             }
                         }
                     }

@@ -20,48 +20,44 @@ void main() {
     uint hd = pc.head_dim;
     F32s part = F32s(pc.partial);
     uint base = (t * pc.n_heads + h) * n_splits * (hd + 2);
-    // Loads eight splits at a time before using them (memory latency), summing in split order.
+    // Sixteen splits' loads in flight at a time (memory latency); sums in split order. Each
+    // invocation sums the weights itself (the same order everywhere), with its own values.
     float mx = -1.0 / 0.0;
-    float l = 0.0;
-    for (uint s0 = 0; s0 < n_splits; s0 += 8) {
-        float ms[8];
-        [[unroll]] for (uint u = 0; u < 8; u++) {
+    for (uint s0 = 0; s0 < n_splits; s0 += 16) {
+        float ms[16];
+        [[unroll]] for (uint u = 0; u < 16; u++) {
             ms[u] = s0 + u < n_splits ? part.v[base + (s0 + u) * (hd + 2)] : -1.0 / 0.0;
         }
-        [[unroll]] for (uint u = 0; u < 8; u++) {
+        [[unroll]] for (uint u = 0; u < 16; u++) {
             mx = max(mx, ms[u]);
         }
     }
-    for (uint s0 = 0; s0 < n_splits; s0 += 8) {
-        float ms[8];
-        float ls[8];
-        [[unroll]] for (uint u = 0; u < 8; u++) {
-            bool in_range = s0 + u < n_splits;
-            ms[u] = in_range ? part.v[base + (s0 + u) * (hd + 2)] : -1.0 / 0.0;
-            ls[u] = in_range ? part.v[base + (s0 + u) * (hd + 2) + 1] : 0.0;
-        }
-        [[unroll]] for (uint u = 0; u < 8; u++) {
-            if (s0 + u < n_splits) {
-                l += ms[u] == -1.0 / 0.0 ? 0.0 : exp(ms[u] - mx) * ls[u];
-            }
-        }
-    }
-    for (uint d = gl_LocalInvocationID.x; d < hd; d += 128) {
+    for (uint d0 = 0; d0 < hd; d0 += 128) {
+        uint d = d0 + gl_LocalInvocationID.x;
+        bool has_d = d < hd;
+        float l = 0.0;
         float o = 0.0;
-        for (uint s0 = 0; s0 < n_splits; s0 += 8) {
-            float ms[8];
-            float vs[8];
-            [[unroll]] for (uint u = 0; u < 8; u++) {
+        for (uint s0 = 0; s0 < n_splits; s0 += 16) {
+            float ms[16];
+            float ls[16];
+            float vs[16];
+            [[unroll]] for (uint u = 0; u < 16; u++) {
                 bool in_range = s0 + u < n_splits;
-                ms[u] = in_range ? part.v[base + (s0 + u) * (hd + 2)] : -1.0 / 0.0;
-                vs[u] = in_range ? part.v[base + (s0 + u) * (hd + 2) + 2 + d] : 0.0;
+                uint rec = base + (s0 + u) * (hd + 2);
+                ms[u] = in_range ? part.v[rec] : -1.0 / 0.0;
+                ls[u] = in_range ? part.v[rec + 1] : 0.0;
+                vs[u] = in_range && has_d ? part.v[rec + 2 + d] : 0.0;
             }
-            [[unroll]] for (uint u = 0; u < 8; u++) {
+            [[unroll]] for (uint u = 0; u < 16; u++) {
                 if (s0 + u < n_splits && ms[u] != -1.0 / 0.0) {
-                    o += exp(ms[u] - mx) * vs[u];
+                    float f = exp(ms[u] - mx);
+                    l += f * ls[u];
+                    o += f * vs[u];
                 }
             }
         }
-        F32s(pc.out_).v[t * pc.out_stride + h * hd + d] = o / l;
+        if (has_d) {
+            F32s(pc.out_).v[t * pc.out_stride + h * hd + d] = o / l;
+        }
     }
 }

@@ -41,6 +41,8 @@ layout(push_constant) uniform Push {
     uint x_stride;
     uint out_stride;
     uint meta_offset;
+    // Nonzero: add the product into `out_` (the residual stream) instead of writing it.
+    uint accumulate;
 } pc;
 
 layout(buffer_reference, std430, buffer_reference_align = 8) buffer U32x2s { uvec2 v[]; };
@@ -96,7 +98,10 @@ void main() {
         }
         if (row < pc.rows && token < pc.n_tokens) {
             float b = pc.bias != 0 ? F32s(pc.bias).v[row] : 0.0;
-            F32s(pc.out_).v[token * pc.out_stride + row] = s + b;
+            uint at = token * pc.out_stride + row;
+            // As the CPU: the projection (with its bias), then the residual add.
+            float r = s + b;
+            F32s(pc.out_).v[at] = pc.accumulate != 0 ? F32s(pc.out_).v[at] + r : r;
         }
     }
 }
