@@ -118,7 +118,7 @@ impl HParams {
         let head_dim = match meta.opt_u32(&key("attention.key_length"))? {
             Some(v) => v as usize,
             None => {
-                if n_embd % n_heads != 0 {
+                if !n_embd.is_multiple_of(n_heads) {
                     return Err(ModelError::BadHParam { key: key("attention.head_count"), value: n_heads as u64, why: "does not divide embedding_length" });
                 }
                 n_embd / n_heads
@@ -132,7 +132,7 @@ impl HParams {
         if head_dim == 0 || head_dim % 2 != 0 || head_dim > 1024 {
             return Err(ModelError::BadHParam { key: key("attention.key_length"), value: head_dim as u64, why: "head size must be even and at most 1024" });
         }
-        if n_heads % n_kv_heads != 0 {
+        if !n_heads.is_multiple_of(n_kv_heads) {
             return Err(ModelError::BadHParam { key: key("attention.head_count_kv"), value: n_kv_heads as u64, why: "does not divide attention.head_count" });
         }
         let rope_dims = meta.opt_u32(&key("rope.dimension_count"))?.map_or(head_dim, |v| v as usize);

@@ -32,6 +32,10 @@ pub struct CompareArgs {
     /// Seed of the random prompt.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Tokens per step on the checked device: 64 runs the prompt-sized kernels, 1 runs every
+    /// product through the decode kernels (integer dot products on 8-bit activations on Vulkan).
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=64))]
+    ubatch: u32,
     /// CPU threads (0: every core).
     #[arg(short = 't', long, default_value_t = 0)]
     threads: usize,
@@ -61,7 +65,7 @@ pub fn run(args: CompareArgs) -> Result<ExitCode> {
     let cells = (total + 16).next_multiple_of(16);
     let opts = EngineOptions { threads: args.threads, max_context: total + 1, n_cells: cells, ubatch: 64, max_outputs: 64, prefill_device: device, decode_device: device, prefill_min_tokens: usize::MAX, max_seqs: 1, ..Default::default() };
     let mut cpu = Engine::new_cpu(model.clone(), opts.clone()).context("the CPU device")?;
-    let mut dev = Engine::new(model.clone(), EngineOptions { simd, ..opts }).with_context(|| format!("device {device}"))?;
+    let mut dev = Engine::new(model.clone(), EngineOptions { simd, ubatch: args.ubatch as usize, ..opts }).with_context(|| format!("device {device}"))?;
     let vocab = model.hparams.vocab_size;
     let mut rng = Rng::new(args.seed);
     let tokens: Vec<u32> = (0..total).map(|_| (rng.next_u64() % vocab as u64) as u32).collect();
@@ -79,11 +83,12 @@ pub fn run(args: CompareArgs) -> Result<ExitCode> {
     let top1 = agree as f64 / args.positions as f64;
     let pass = kl <= args.max_kl && top1 >= args.min_top1;
     println!(
-        "{device}{} vs cpu on {}: {} positions after a {}-token prompt: mean KL {kl:.6} nats (bar {}), top-1 {agree}/{} (bar {:.0}): {}",
+        "{device}{} vs cpu on {}: {} positions after a {}-token prompt, {} tokens per step: mean KL {kl:.6} nats (bar {}), top-1 {agree}/{} (bar {:.0}): {}",
         args.device_simd.as_deref().map(|s| format!(" ({s} kernels)")).unwrap_or_default(),
         model.name,
         args.positions,
         args.prompt_tokens,
+        args.ubatch,
         args.max_kl,
         args.positions,
         args.min_top1 * args.positions as f64,

@@ -82,7 +82,7 @@ fn sampling_params(spec: &GenerationSpec) -> SamplingParams {
         top_p: s.top_p.unwrap_or(d.top_p),
         min_p: s.min_p.unwrap_or(d.min_p),
         repetition_penalty: s.repetition_penalty.unwrap_or(d.repetition_penalty),
-        seed: s.seed.unwrap_or_else(|| rand_seed()),
+        seed: s.seed.unwrap_or_else(rand_seed),
         ..d
     }
 }

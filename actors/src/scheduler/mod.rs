@@ -527,7 +527,7 @@ impl Scheduler {
         }
         // A failed sequence is answered with its error and counted as one, not as cancelled.
         finished.extend(failed.into_iter().map(|(i, msg)| (i, StopReason::Cancelled, Some(msg))));
-        finished.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+        finished.sort_unstable_by_key(|f| std::cmp::Reverse(f.0));
         finished.dedup_by_key(|f| f.0);
         for (i, stop, error) in finished {
             let r = self.running.swap_remove(i);

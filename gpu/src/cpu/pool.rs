@@ -132,7 +132,7 @@ fn worker(s: &Shared, index: usize, n_threads: usize) {
                 break;
             }
             spins = spins.wrapping_add(1);
-            if spins % 1024 == 0 && start.elapsed() > SPIN_BEFORE_SLEEP {
+            if spins.is_multiple_of(1024) && start.elapsed() > SPIN_BEFORE_SLEEP {
                 let guard = s.lock.lock().unwrap_or_else(|p| p.into_inner());
                 s.sleeping.fetch_add(1, Ordering::SeqCst);
                 // Re-check under the lock: a job published after our last look is seen here, and
