@@ -315,7 +315,7 @@ fn row_batched_dots_and_axpys_equal_the_single_calls() {
     let mut rng = StdRng::seed_from_u64(11);
     let mut kernels = simd_levels();
     kernels.push(scalar());
-    for (hd, stride, n) in [(64usize, 192usize, 16usize), (128, 128, 5), (40, 72, 1), (17, 17, 3)] {
+    for (hd, stride, n) in [(64usize, 192usize, 16usize), (128, 128, 5), (40, 72, 1), (17, 17, 3), (200, 256, 9), (256, 256, 130)] {
         let rows: Vec<f16> = rand_vec(&mut rng, (n - 1) * stride + hd, 1.0).into_iter().map(f16::from_f32).collect();
         let b = rand_vec(&mut rng, hd, 1.0);
         let alphas = rand_vec(&mut rng, n, 1.0);
