@@ -239,6 +239,52 @@ impl Kernels {
         }
     }
 
+    /// [`Kernels::dot_f16_f32_rows`] for several query vectors at once (the query heads that share
+    /// a KV head): `qs` holds them back to back (`qs.len() / hd` of `hd` elements), and
+    /// `out[g * out_stride + j]` receives query `g`'s dot with row `j` of `n_rows`, bit-identical
+    /// to the one-query calls; each row is converted from f16 once for all the queries. Panics
+    /// when a slice is too short.
+    pub fn dot_f16_f32_rows_multi(&self, rows: &[f16], stride: usize, n_rows: usize, qs: &[f32], hd: usize, out: &mut [f32], out_stride: usize) {
+        let Some(last) = n_rows.checked_sub(1) else { return };
+        let groups = qs.len() / hd.max(1);
+        assert!(hd > 0 && qs.len() == groups * hd && stride >= hd && rows.len() >= last * stride + hd, "dot_f16_f32_rows_multi: rows too short");
+        assert!(groups == 0 || (out_stride >= n_rows && out.len() >= (groups - 1) * out_stride + n_rows), "dot_f16_f32_rows_multi: out too short");
+        match self.level {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: AVX-512F/BW/VL and F16C were detected; the lengths were checked above.
+            SimdLevel::Avx512Vnni => unsafe { crate::avx512::dot_f16_f32_rows_multi(rows, stride, n_rows, qs, hd, out, out_stride) },
+            _ => {
+                for g in 0..groups {
+                    let o = &mut out[g * out_stride..g * out_stride + n_rows];
+                    self.dot_f16_f32_rows(&rows[..last * stride + hd], stride, &qs[g * hd..(g + 1) * hd], o);
+                }
+            }
+        }
+    }
+
+    /// [`Kernels::axpy_f16_rows`] for several outputs at once (the query heads that share a KV
+    /// head): `out` holds them back to back (`out.len() / hd` of `hd` elements), output `g` adds
+    /// `alphas[g * alpha_stride + j] * rows[j]` for `j` in `0..n_rows`, in row order,
+    /// bit-identical to the one-output calls; each row is converted from f16 once per four
+    /// outputs. Panics when a slice is too short.
+    pub fn axpy_f16_rows_multi(&self, out: &mut [f32], hd: usize, alphas: &[f32], alpha_stride: usize, n_rows: usize, rows: &[f16], stride: usize) {
+        let Some(last) = n_rows.checked_sub(1) else { return };
+        let groups = out.len() / hd.max(1);
+        assert!(hd > 0 && out.len() == groups * hd && stride >= hd && rows.len() >= last * stride + hd, "axpy_f16_rows_multi: rows too short");
+        assert!(groups == 0 || (alpha_stride >= n_rows && alphas.len() >= (groups - 1) * alpha_stride + n_rows), "axpy_f16_rows_multi: alphas too short");
+        match self.level {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: AVX-512F/BW/VL and F16C were detected; the lengths were checked above.
+            SimdLevel::Avx512Vnni => unsafe { crate::avx512::axpy_f16_rows_multi(out, hd, alphas, alpha_stride, n_rows, rows, stride) },
+            _ => {
+                for g in 0..groups {
+                    let a = &alphas[g * alpha_stride..g * alpha_stride + n_rows];
+                    self.axpy_f16_rows(&mut out[g * hd..(g + 1) * hd], a, &rows[..last * stride + hd], stride);
+                }
+            }
+        }
+    }
+
     /// `out += alphas[j] * rows[j]` for each row in order (row `j` starts at element
     /// `j * stride`), bit-identical to [`Kernels::axpy_f16`] row after row. Panics when `rows`
     /// is too short.

@@ -333,3 +333,36 @@ fn row_batched_dots_and_axpys_equal_the_single_calls() {
         }
     }
 }
+
+/// The many-query attention helpers (query heads sharing a KV head) are bit-identical to the
+/// one-query calls, for group sizes on both sides of the kernels' register batches.
+#[test]
+fn multi_query_dots_and_axpys_equal_the_single_calls() {
+    let mut rng = StdRng::seed_from_u64(12);
+    let mut kernels = simd_levels();
+    kernels.push(scalar());
+    for (hd, stride, n) in [(64usize, 192usize, 16usize), (128, 128, 5), (40, 72, 1), (17, 17, 3), (200, 256, 9)] {
+        for groups in [1usize, 3, 7, 9] {
+            let rows: Vec<f16> = rand_vec(&mut rng, (n - 1) * stride + hd, 1.0).into_iter().map(f16::from_f32).collect();
+            let qs = rand_vec(&mut rng, groups * hd, 1.0);
+            let out_stride = n + 3;
+            let alphas = rand_vec(&mut rng, groups * out_stride, 1.0);
+            let start = rand_vec(&mut rng, groups * hd, 1.0);
+            for k in &kernels {
+                let mut got = vec![0f32; groups * out_stride];
+                k.dot_f16_f32_rows_multi(&rows, stride, n, &qs, hd, &mut got, out_stride);
+                let mut acc = start.clone();
+                k.axpy_f16_rows_multi(&mut acc, hd, &alphas, out_stride, n, &rows, stride);
+                for g in 0..groups {
+                    let mut want = vec![0f32; n];
+                    k.dot_f16_f32_rows(&rows, stride, &qs[g * hd..(g + 1) * hd], &mut want);
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&got[g * out_stride..g * out_stride + n]), bits(&want), "dots, {groups} queries, query {g}, hd {hd} at {:?}", k.level());
+                    let mut one = start[g * hd..(g + 1) * hd].to_vec();
+                    k.axpy_f16_rows(&mut one, &alphas[g * out_stride..g * out_stride + n], &rows, stride);
+                    assert_eq!(bits(&acc[g * hd..(g + 1) * hd]), bits(&one), "axpys, {groups} outputs, output {g}, hd {hd} at {:?}", k.level());
+                }
+            }
+        }
+    }
+}

@@ -341,25 +341,33 @@ impl CpuPlan {
         let mut obuf = std::mem::take(&mut self.bufs[out.0 as usize]);
         let dst = SharedMut(obuf.as_mut_ptr());
         let plan = &*self;
-        let items = n * n_heads;
+        // One item per (token, KV head): its query heads share each converted K and V row. With
+        // too few such items to keep every thread busy (one sequence decoding), one per (token,
+        // query head) instead. Both compute every head with the same arithmetic.
+        let n_kv_heads = n_heads / group;
+        let heads_per_item = if n * n_kv_heads >= 2 * self.threads.max(1) { group } else { 1 };
+        let items_per_token = n_heads / heads_per_item;
+        let items = n * items_per_token;
         let work = |ti: usize, nt: usize| {
             let mut scratch = plan.scratch[ti].lock();
             for item in (ti..items).step_by(nt) {
-                let (t, h) = (item / n_heads, item % n_heads);
-                let kvh = h / group;
+                let (t, h0) = (item / items_per_token, (item % items_per_token) * heads_per_item);
+                let kvh = h0 / group;
                 let table = b.block_tables[b.seq_of_token[t] as usize];
                 let len = b.positions[t] as usize + 1;
-                let qv = &qbuf[t * qw + h * hd..t * qw + (h + 1) * hd];
-                if scratch.scores.len() < len {
-                    scratch.scores.resize(len, 0.0);
+                let cols = t * qw + h0 * hd..t * qw + (h0 + heads_per_item) * hd;
+                let qv = &qbuf[cols.clone()];
+                if scratch.scores.len() < heads_per_item * len {
+                    scratch.scores.resize(heads_per_item * len, 0.0);
                 }
-                if scratch.q_rounded.len() < hd {
-                    scratch.q_rounded.resize(hd, 0.0);
+                if scratch.q_rounded.len() < heads_per_item * hd {
+                    scratch.q_rounded.resize(heads_per_item * hd, 0.0);
                 }
                 let Scratch { scores, q_rounded, .. } = &mut *scratch;
-                // SAFETY: rows t's head h columns are written by the one thread holding this item.
-                let o = unsafe { std::slice::from_raw_parts_mut(dst.ptr().add(t * qw + h * hd), hd) };
-                ops::attend_one(&plan.kernels, &plan.kv, layer, table, bs, kvh * hd, qv, scale, &mut scores[..len], &mut q_rounded[..hd], o);
+                // SAFETY: row t's columns of this item's query heads are written by the one thread
+                // holding this item.
+                let o = unsafe { std::slice::from_raw_parts_mut(dst.ptr().add(cols.start), heads_per_item * hd) };
+                ops::attend_group(&plan.kernels, &plan.kv, layer, table, bs, kvh * hd, hd, len, qv, scale, scores, q_rounded, o);
             }
         };
         if items >= 2 && self.threads > 1 {

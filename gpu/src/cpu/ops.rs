@@ -62,6 +62,70 @@ pub fn f32_to_f16(src: &[f32], dst: &mut [f16]) {
     }
 }
 
+/// [`attend_one`] for the query heads that share one KV head, bit-identical to calling it head by
+/// head: `q` and `out` hold the `q.len() / hd` heads back to back, `scores` holds one row of `len`
+/// per head. Each K and V row is converted from f16 once for the group instead of once per head.
+#[allow(clippy::too_many_arguments)]
+pub fn attend_group(
+    kernels: &Kernels,
+    kv: &HostKvMemory,
+    layer: usize,
+    block_table: &[u32],
+    block_size: usize,
+    kv_col: usize,
+    hd: usize,
+    len: usize,
+    q: &[f32],
+    scale: f32,
+    scores: &mut [f32],
+    q_rounded: &mut [f32],
+    out: &mut [f32],
+) {
+    let heads = q.len() / hd;
+    for (r, &x) in q_rounded.iter_mut().zip(q) {
+        *r = f16::from_f32(x).to_f32();
+    }
+    let q = &q_rounded[..heads * hd];
+    let scores = &mut scores[..heads * len];
+    let stride = kv.placement().row_stride_bytes as usize / 2;
+    let block_rows = |v: bool, j0: usize, n: usize| -> &[f16] {
+        let first = (block_table[j0 / block_size] as usize * block_size) as u64;
+        // SAFETY: as in `attend_one`: every position up to this token's lies in a block of its
+        // table, inside the arena, and is no longer being written.
+        unsafe { std::slice::from_raw_parts((kv.row_ptr(layer, v, first) as *const f16).add(kv_col), (n - 1) * stride + hd) }
+    };
+    let mut j0 = 0;
+    while j0 < len {
+        let n = (block_size - j0 % block_size).min(len - j0);
+        kernels.dot_f16_f32_rows_multi(block_rows(false, j0, n), stride, n, q, hd, &mut scores[j0..], len);
+        j0 += n;
+    }
+    for head_scores in scores.chunks_exact_mut(len) {
+        let mut max = f32::NEG_INFINITY;
+        for s in head_scores.iter_mut() {
+            *s *= scale;
+            max = max.max(*s);
+        }
+        let mut sum = 0.0f32;
+        for s in head_scores.iter_mut() {
+            *s = (*s - max).exp();
+            sum += *s;
+        }
+        let inv = 1.0 / sum;
+        for s in head_scores.iter_mut() {
+            *s = f16::from_f32(*s * inv).to_f32();
+        }
+    }
+    let out = &mut out[..heads * hd];
+    out.fill(0.0);
+    let mut j0 = 0;
+    while j0 < len {
+        let n = (block_size - j0 % block_size).min(len - j0);
+        kernels.axpy_f16_rows_multi(out, hd, &scores[j0..], len, n, block_rows(true, j0, n), stride);
+        j0 += n;
+    }
+}
+
 /// Attention of one query head over its sequence's cells `0..scores.len()`.
 ///
 /// `kv_col` is the element offset of the head's KV head inside a cell row. The query and the
@@ -125,5 +189,51 @@ pub fn attend_one(
         let n = (block_size - j0 % block_size).min(len - j0);
         kernels.axpy_f16_rows(out, &scores[j0..j0 + n], block_rows(true, j0, n), stride);
         j0 += n;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+    use strata_kv::{KvDtype, KvLayout, KvShape, LayoutParams};
+
+    /// The grouped attention is the per-head attention, bit for bit, on every kernel level, for
+    /// GQA groups of 1, 3 and 7 heads over scattered blocks.
+    #[test]
+    fn attend_group_equals_attend_one_per_head() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+        for (group, hd) in [(1usize, 64usize), (3, 64), (7, 128)] {
+            let n_kv_heads = 2u32;
+            let shape = KvShape { n_layers: 1, n_kv_heads, head_dim: hd as u32, dtype: KvDtype::F16 };
+            let mut p = LayoutParams::new(shape, 256);
+            p.block_size = 16;
+            let kv = HostKvMemory::allocate_for(&KvLayout::compute(&p).expect("layout")).expect("allocate");
+            let width = n_kv_heads as usize * hd;
+            for cell in 0..256u64 {
+                for v in [false, true] {
+                    // SAFETY: cell < n_cells; nothing else touches this arena.
+                    let row = unsafe { std::slice::from_raw_parts_mut(kv.row_ptr(0, v, cell) as *mut f16, width) };
+                    row.iter_mut().for_each(|x| *x = f16::from_f32(rng.gen_range(-1.0f32..1.0)));
+                }
+            }
+            let table = [9u32, 2, 14, 5, 0, 11];
+            let len = 83;
+            let q: Vec<f32> = (0..group * hd).map(|_| rng.gen_range(-2.0f32..2.0)).collect();
+            for level in [strata_quant::SimdLevel::Scalar, strata_quant::SimdLevel::Avx2, strata_quant::SimdLevel::Avx512Vnni] {
+                let Some(k) = Kernels::with_level(level) else { continue };
+                let kvh = 1;
+                let mut out = vec![0f32; group * hd];
+                let (mut scores, mut qr) = (vec![0f32; group * len], vec![0f32; group * hd]);
+                attend_group(&k, &kv, 0, &table, 16, kvh * hd, hd, len, &q, 0.125, &mut scores, &mut qr, &mut out);
+                for g in 0..group {
+                    let mut want = vec![0f32; hd];
+                    let (mut s1, mut q1) = (vec![0f32; len], vec![0f32; hd]);
+                    attend_one(&k, &kv, 0, &table, 16, kvh * hd, &q[g * hd..(g + 1) * hd], 0.125, &mut s1, &mut q1, &mut want);
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&out[g * hd..(g + 1) * hd]), bits(&want), "group {group}, head {g}, {level:?}");
+                }
+            }
+        }
     }
 }
