@@ -550,100 +550,129 @@ pub(crate) unsafe fn axpy_f16_rows(out: &mut [f32], alphas: &[f32], rows: &[f16]
 
 /// [`dot_f16_f32`] of each of `n_rows` rows with each of the `qs.len() / hd` queries in `qs`,
 /// into `out[g * out_stride + j]`: per query the same accumulators and order as the one-query
-/// call, with each row's f16 converted once. Queries are taken eight at a time.
+/// call, with each row's f16 converted once. Queries are taken up to eight at a time, each count
+/// a separate instantiation so that the accumulators stay in registers.
 /// # Safety
 /// The features below must be available; the slices must hold what
 /// `Kernels::dot_f16_f32_rows_multi` checks.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,fma,f16c")]
 pub(crate) unsafe fn dot_f16_f32_rows_multi(rows: &[f16], stride: usize, n_rows: usize, qs: &[f32], hd: usize, out: &mut [f32], out_stride: usize) {
-    const G: usize = 8;
     let groups = qs.len() / hd;
-    let rp = rows.as_ptr() as *const i16;
     let mut g0 = 0;
     while g0 < groups {
-        let ng = (groups - g0).min(G);
-        for j in 0..n_rows {
-            let ap = rp.add(j * stride);
-            let mut s0 = [_mm512_setzero_ps(); G];
-            let mut s1 = [_mm512_setzero_ps(); G];
-            let mut i = 0;
-            while i + 32 <= hd {
-                let a0 = _mm512_cvtph_ps(_mm256_loadu_si256(ap.add(i) as *const __m256i));
-                let a1 = _mm512_cvtph_ps(_mm256_loadu_si256(ap.add(i + 16) as *const __m256i));
-                for g in 0..ng {
-                    let b = qs.as_ptr().add((g0 + g) * hd);
-                    s0[g] = _mm512_fmadd_ps(a0, _mm512_loadu_ps(b.add(i)), s0[g]);
-                    s1[g] = _mm512_fmadd_ps(a1, _mm512_loadu_ps(b.add(i + 16)), s1[g]);
-                }
-                i += 32;
-            }
-            while i < hd {
-                let m = tail_mask(hd - i);
-                let a0 = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, ap.add(i)));
-                for g in 0..ng {
-                    let b = qs.as_ptr().add((g0 + g) * hd);
-                    s0[g] = _mm512_fmadd_ps(a0, _mm512_maskz_loadu_ps(m, b.add(i)), s0[g]);
-                }
-                i += 16;
-            }
-            for g in 0..ng {
-                *out.get_unchecked_mut((g0 + g) * out_stride + j) = _mm512_reduce_add_ps(_mm512_add_ps(s0[g], s1[g]));
-            }
+        let ng = (groups - g0).min(8);
+        let (q, o) = (qs.as_ptr().add(g0 * hd), out.as_mut_ptr().add(g0 * out_stride));
+        match ng {
+            1 => dot_multi::<1>(rows, stride, n_rows, q, hd, o, out_stride),
+            2 => dot_multi::<2>(rows, stride, n_rows, q, hd, o, out_stride),
+            3 => dot_multi::<3>(rows, stride, n_rows, q, hd, o, out_stride),
+            4 => dot_multi::<4>(rows, stride, n_rows, q, hd, o, out_stride),
+            5 => dot_multi::<5>(rows, stride, n_rows, q, hd, o, out_stride),
+            6 => dot_multi::<6>(rows, stride, n_rows, q, hd, o, out_stride),
+            7 => dot_multi::<7>(rows, stride, n_rows, q, hd, o, out_stride),
+            _ => dot_multi::<8>(rows, stride, n_rows, q, hd, o, out_stride),
         }
-        g0 += G;
+        g0 += ng;
+    }
+}
+
+/// # Safety
+/// As [`dot_f16_f32_rows_multi`], for `G` queries at `qs` and outputs at `out`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,fma,f16c")]
+unsafe fn dot_multi<const G: usize>(rows: &[f16], stride: usize, n_rows: usize, qs: *const f32, hd: usize, out: *mut f32, out_stride: usize) {
+    let rp = rows.as_ptr() as *const i16;
+    for j in 0..n_rows {
+        let ap = rp.add(j * stride);
+        let mut s0 = [_mm512_setzero_ps(); G];
+        let mut s1 = [_mm512_setzero_ps(); G];
+        let mut i = 0;
+        while i + 32 <= hd {
+            let a0 = _mm512_cvtph_ps(_mm256_loadu_si256(ap.add(i) as *const __m256i));
+            let a1 = _mm512_cvtph_ps(_mm256_loadu_si256(ap.add(i + 16) as *const __m256i));
+            for g in 0..G {
+                let b = qs.add(g * hd);
+                s0[g] = _mm512_fmadd_ps(a0, _mm512_loadu_ps(b.add(i)), s0[g]);
+                s1[g] = _mm512_fmadd_ps(a1, _mm512_loadu_ps(b.add(i + 16)), s1[g]);
+            }
+            i += 32;
+        }
+        while i < hd {
+            let m = tail_mask(hd - i);
+            let a0 = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, ap.add(i)));
+            for g in 0..G {
+                s0[g] = _mm512_fmadd_ps(a0, _mm512_maskz_loadu_ps(m, qs.add(g * hd + i)), s0[g]);
+            }
+            i += 16;
+        }
+        for g in 0..G {
+            *out.add(g * out_stride + j) = _mm512_reduce_add_ps(_mm512_add_ps(s0[g], s1[g]));
+        }
     }
 }
 
 /// [`axpy_f16_rows`] into each of the `out.len() / hd` outputs of `out`, output `g` with the
 /// weights `alphas[g * alpha_stride..]`: per output the same multiply-adds in the same order as
 /// the one-output call; each row chunk is converted once per four outputs (four outputs of 64
-/// elements fill 16 registers).
+/// elements fill 16 registers), each output count a separate instantiation.
 /// # Safety
 /// The features below must be available; the slices must hold what
 /// `Kernels::axpy_f16_rows_multi` checks.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,fma,f16c")]
 pub(crate) unsafe fn axpy_f16_rows_multi(out: &mut [f32], hd: usize, alphas: &[f32], alpha_stride: usize, n_rows: usize, rows: &[f16], stride: usize) {
-    const V: usize = 4;
-    const G: usize = 4;
     let groups = out.len() / hd;
-    let op = out.as_mut_ptr();
-    let xp = rows.as_ptr() as *const i16;
     let mut g0 = 0;
     while g0 < groups {
-        let ng = (groups - g0).min(G);
-        let mut c = 0;
-        while c < hd {
-            let width = (hd - c).min(16 * V);
-            let masks: [__mmask16; V] = std::array::from_fn(|v| if width > 16 * v { tail_mask(width - 16 * v) } else { 0 });
-            let mut acc = [[_mm512_setzero_ps(); V]; G];
-            for g in 0..ng {
-                for v in 0..V {
-                    if width > 16 * v {
-                        acc[g][v] = _mm512_maskz_loadu_ps(masks[v], op.add((g0 + g) * hd + c + 16 * v));
-                    }
-                }
-            }
-            for j in 0..n_rows {
-                let row = xp.add(j * stride + c);
-                for v in 0..V {
-                    if width > 16 * v {
-                        let xv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(masks[v], row.add(16 * v)));
-                        for g in 0..ng {
-                            let va = _mm512_set1_ps(*alphas.get_unchecked((g0 + g) * alpha_stride + j));
-                            acc[g][v] = _mm512_fmadd_ps(va, xv, acc[g][v]);
-                        }
-                    }
-                }
-            }
-            for g in 0..ng {
-                for v in 0..V {
-                    if width > 16 * v {
-                        _mm512_mask_storeu_ps(op.add((g0 + g) * hd + c + 16 * v), masks[v], acc[g][v]);
-                    }
-                }
-            }
-            c += 16 * V;
+        let ng = (groups - g0).min(4);
+        let (o, a) = (out.as_mut_ptr().add(g0 * hd), alphas.as_ptr().add(g0 * alpha_stride));
+        match ng {
+            1 => axpy_multi::<1>(o, hd, a, alpha_stride, n_rows, rows, stride),
+            2 => axpy_multi::<2>(o, hd, a, alpha_stride, n_rows, rows, stride),
+            3 => axpy_multi::<3>(o, hd, a, alpha_stride, n_rows, rows, stride),
+            _ => axpy_multi::<4>(o, hd, a, alpha_stride, n_rows, rows, stride),
         }
-        g0 += G;
+        g0 += ng;
+    }
+}
+
+/// # Safety
+/// As [`axpy_f16_rows_multi`], for `G` outputs at `out` with weights at `alphas`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,fma,f16c")]
+unsafe fn axpy_multi<const G: usize>(out: *mut f32, hd: usize, alphas: *const f32, alpha_stride: usize, n_rows: usize, rows: &[f16], stride: usize) {
+    const V: usize = 4;
+    let xp = rows.as_ptr() as *const i16;
+    let mut c = 0;
+    while c < hd {
+        let width = (hd - c).min(16 * V);
+        let masks: [__mmask16; V] = std::array::from_fn(|v| if width > 16 * v { tail_mask(width - 16 * v) } else { 0 });
+        let mut acc = [[_mm512_setzero_ps(); V]; G];
+        for g in 0..G {
+            for v in 0..V {
+                if width > 16 * v {
+                    acc[g][v] = _mm512_maskz_loadu_ps(masks[v], out.add(g * hd + c + 16 * v));
+                }
+            }
+        }
+        for j in 0..n_rows {
+            let row = xp.add(j * stride + c);
+            let va: [__m512; G] = std::array::from_fn(|g| _mm512_set1_ps(*alphas.add(g * alpha_stride + j)));
+            for v in 0..V {
+                if width > 16 * v {
+                    let xv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(masks[v], row.add(16 * v)));
+                    for g in 0..G {
+                        acc[g][v] = _mm512_fmadd_ps(va[g], xv, acc[g][v]);
+                    }
+                }
+            }
+        }
+        for g in 0..G {
+            for v in 0..V {
+                if width > 16 * v {
+                    _mm512_mask_storeu_ps(out.add(g * hd + c + 16 * v), masks[v], acc[g][v]);
+                }
+            }
+        }
+        c += 16 * V;
     }
 }

@@ -244,6 +244,7 @@ impl Kernels {
     /// `out[g * out_stride + j]` receives query `g`'s dot with row `j` of `n_rows`, bit-identical
     /// to the one-query calls; each row is converted from f16 once for all the queries. Panics
     /// when a slice is too short.
+    #[allow(clippy::too_many_arguments)]
     pub fn dot_f16_f32_rows_multi(&self, rows: &[f16], stride: usize, n_rows: usize, qs: &[f32], hd: usize, out: &mut [f32], out_stride: usize) {
         let Some(last) = n_rows.checked_sub(1) else { return };
         let groups = qs.len() / hd.max(1);
@@ -267,6 +268,7 @@ impl Kernels {
     /// `alphas[g * alpha_stride + j] * rows[j]` for `j` in `0..n_rows`, in row order,
     /// bit-identical to the one-output calls; each row is converted from f16 once per four
     /// outputs. Panics when a slice is too short.
+    #[allow(clippy::too_many_arguments)]
     pub fn axpy_f16_rows_multi(&self, out: &mut [f32], hd: usize, alphas: &[f32], alpha_stride: usize, n_rows: usize, rows: &[f16], stride: usize) {
         let Some(last) = n_rows.checked_sub(1) else { return };
         let groups = out.len() / hd.max(1);
