@@ -40,6 +40,17 @@ fn backends() -> Vec<Box<dyn OpBackend>> {
     v
 }
 
+/// The ops of the first usable Vulkan device; `None` (a skip) without one, unless one is required.
+fn first_vulkan_ops() -> Option<VulkanOps> {
+    let devices = strata_gpu::vulkan::list_devices().unwrap_or_default();
+    let Some(d) = devices.iter().find(|d| d.usable) else {
+        assert!(!require_vulkan(), "no Vulkan device");
+        return None;
+    };
+    let ctx = VulkanContext::new(d.index).expect("open");
+    Some(VulkanOps::new(&ctx).expect("ops"))
+}
+
 fn nmse(got: &[f32], want: &[f64]) -> f64 {
     assert_eq!(got.len(), want.len(), "output length");
     let err: f64 = got.iter().zip(want).map(|(&g, &w)| (g as f64 - w).powi(2)).sum();
@@ -324,13 +335,7 @@ fn attention_over_block_tables_and_zero_copy_import() {
 
 #[test]
 fn vulkan_imports_the_host_arena_itself() {
-    let devices = strata_gpu::vulkan::list_devices().unwrap_or_default();
-    let Some(d) = devices.iter().find(|d| d.usable) else {
-        assert!(!require_vulkan(), "no Vulkan device");
-        return;
-    };
-    let ctx = VulkanContext::new(d.index).expect("open");
-    let mut ops = VulkanOps::new(&ctx).expect("ops");
+    let Some(mut ops) = first_vulkan_ops() else { return };
     let kv = kv_arena(2, 2, 64, 512, 16);
     ops.imported(&kv).expect("import");
     let origins = ops.import_origins(&kv).expect("imported");
@@ -346,13 +351,7 @@ fn vulkan_imports_the_host_arena_itself() {
 #[test]
 fn vulkan_rounds_activations_exactly_as_the_cpu_quantizes_them() {
     use strata_gpu::vulkan::kernels::ActRounding;
-    let devices = strata_gpu::vulkan::list_devices().unwrap_or_default();
-    let Some(d) = devices.iter().find(|d| d.usable) else {
-        assert!(!require_vulkan(), "no Vulkan device");
-        return;
-    };
-    let ctx = VulkanContext::new(d.index).expect("open");
-    let mut ops = VulkanOps::new(&ctx).expect("ops");
+    let Some(mut ops) = first_vulkan_ops() else { return };
     let mut rng = rand::rngs::StdRng::seed_from_u64(13);
     let kernels = Kernels::best();
     for (rounding, weight_ty, cols) in [(ActRounding::Q8_0, GgmlType::Q4_0, 96usize), (ActRounding::Q8_0, GgmlType::Q4_1, 896), (ActRounding::Q8_K, GgmlType::Q4_K, 768)] {
@@ -422,13 +421,7 @@ fn a_vulkan_kv_arena_exported_as_opaque_fds_is_imported_in_place_by_another_devi
 #[test]
 fn fused_rms_norm_quantizes_exactly_as_the_quantizer() {
     use strata_gpu::vulkan::kernels::ActRounding;
-    let devices = strata_gpu::vulkan::list_devices().unwrap_or_default();
-    let Some(d) = devices.iter().find(|d| d.usable) else {
-        assert!(!require_vulkan(), "no Vulkan device");
-        return;
-    };
-    let ctx = VulkanContext::new(d.index).expect("open");
-    let mut ops = VulkanOps::new(&ctx).expect("ops");
+    let Some(mut ops) = first_vulkan_ops() else { return };
     let mut rng = rand::rngs::StdRng::seed_from_u64(31);
     for (rounding, cols) in [(ActRounding::Q8_0, 96usize), (ActRounding::Q8_0, 3584), (ActRounding::Q8_K, 768), (ActRounding::Q8_K, 4864)] {
         let rows = 3;

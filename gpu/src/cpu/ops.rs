@@ -62,9 +62,10 @@ pub fn f32_to_f16(src: &[f32], dst: &mut [f16]) {
     }
 }
 
-/// [`attend_one`] for the query heads that share one KV head, bit-identical to calling it head by
-/// head: `q` and `out` hold the `q.len() / hd` heads back to back, `scores` holds one row of `len`
-/// per head. Each K and V row is converted from f16 once for the group instead of once per head.
+/// Attention of the query heads that share one KV head over their sequence's cells `0..len`, each
+/// head computed exactly as alone (see [`attend_one`]): `q` and `out` hold the `q.len() / hd`
+/// heads back to back, `scores` holds one row of `len` per head. Each K and V row is converted
+/// from f16 once for the group instead of once per head.
 #[allow(clippy::too_many_arguments)]
 pub fn attend_group(
     kernels: &Kernels,
@@ -90,8 +91,9 @@ pub fn attend_group(
     let stride = kv.placement().row_stride_bytes as usize / 2;
     let block_rows = |v: bool, j0: usize, n: usize| -> &[f16] {
         let first = (block_table[j0 / block_size] as usize * block_size) as u64;
-        // SAFETY: as in `attend_one`: every position up to this token's lies in a block of its
-        // table, inside the arena, and is no longer being written.
+        // SAFETY: the batch was validated: every position up to this token's lies in a block of
+        // its table, inside the arena; a block's cells are consecutive rows of `stride` elements;
+        // cells of earlier positions are no longer being written.
         unsafe { std::slice::from_raw_parts((kv.row_ptr(layer, v, first) as *const f16).add(kv_col), (n - 1) * stride + hd) }
     };
     let mut j0 = 0;
@@ -126,7 +128,8 @@ pub fn attend_group(
     }
 }
 
-/// Attention of one query head over its sequence's cells `0..scores.len()`.
+/// Attention of one query head over its sequence's cells `0..scores.len()`: [`attend_group`]
+/// with a group of one.
 ///
 /// `kv_col` is the element offset of the head's KV head inside a cell row. The query and the
 /// attention weights are rounded to f16 before they meet the f16 cache, as ggml does: it keeps the
@@ -147,49 +150,7 @@ pub fn attend_one(
     q_rounded: &mut [f32],
     out: &mut [f32],
 ) {
-    let hd = q.len();
-    for (r, &x) in q_rounded.iter_mut().zip(q) {
-        *r = f16::from_f32(x).to_f32();
-    }
-    let q = &q_rounded[..hd];
-    let len = scores.len();
-    let stride = kv.placement().row_stride_bytes as usize / 2;
-    // The rows of positions j0..j0+n (one block): `n` rows of `stride` elements from the block's
-    // first cell, offset to this head's columns.
-    let block_rows = |v: bool, j0: usize, n: usize| -> &[f16] {
-        let first = (block_table[j0 / block_size] as usize * block_size) as u64;
-        // SAFETY: the batch was validated: every position up to this token's lies in a block of
-        // its table, inside the arena; a block's cells are consecutive rows of `stride` elements;
-        // cells of earlier positions are no longer being written.
-        unsafe { std::slice::from_raw_parts((kv.row_ptr(layer, v, first) as *const f16).add(kv_col), (n - 1) * stride + hd) }
-    };
-    let mut j0 = 0;
-    while j0 < len {
-        let n = (block_size - j0 % block_size).min(len - j0);
-        kernels.dot_f16_f32_rows(block_rows(false, j0, n), stride, q, &mut scores[j0..j0 + n]);
-        j0 += n;
-    }
-    let mut max = f32::NEG_INFINITY;
-    for s in scores.iter_mut() {
-        *s *= scale;
-        max = max.max(*s);
-    }
-    let mut sum = 0.0f32;
-    for s in scores.iter_mut() {
-        *s = (*s - max).exp();
-        sum += *s;
-    }
-    let inv = 1.0 / sum;
-    for s in scores.iter_mut() {
-        *s = f16::from_f32(*s * inv).to_f32();
-    }
-    out.fill(0.0);
-    let mut j0 = 0;
-    while j0 < len {
-        let n = (block_size - j0 % block_size).min(len - j0);
-        kernels.axpy_f16_rows(out, &scores[j0..j0 + n], block_rows(true, j0, n), stride);
-        j0 += n;
-    }
+    attend_group(kernels, kv, layer, block_table, block_size, kv_col, q.len(), scores.len(), q, scale, scores, q_rounded, out);
 }
 
 #[cfg(test)]

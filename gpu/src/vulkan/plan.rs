@@ -622,24 +622,32 @@ impl VulkanPlan {
                         let bias = p.bias.and_then(|b| weights[b.0 as usize]).map_or(0, |b| b.address);
                         let rounding = ActRounding::for_format(w.layout.format);
                         let x = rounding.map_or(addr_of(*input), |r| rounded[r as usize].address);
-                        let push = Push::new().addr(w.address).addr(w.aux()).addr(x).addr(addr_of(p.out)).addr(bias).u32(w.rows as u32).u32(w.cols as u32).u32(rows_in as u32);
-                        let out_stride = graph.buffer(p.out).width as u32;
                         if rounding.is_some() && uses_int_product(ctx, w.layout.format, rows_in) {
-                            let fused_add = match ops.get(op_index + 1) {
-                                Some(Op::Add { acc, other }) if outputs.len() == 1 && *other == p.out && only_added(ops, p.out) => Some(*acc),
-                                _ => None,
+                            // A lone projection whose output only feeds the next op's residual
+                            // add is added into the residual stream by the product itself.
+                            let (out, accumulate) = match ops.get(op_index + 1) {
+                                Some(Op::Add { acc, other }) if outputs.len() == 1 && *other == p.out && only_added(ops, p.out) => (*acc, 1),
+                                _ => (p.out, 0),
                             };
+                            skip_ops = accumulate as usize;
+                            let push = Push::new()
+                                .addr(w.address)
+                                .addr(w.aux())
+                                .addr(x)
+                                .addr(addr_of(out))
+                                .addr(bias)
+                                .u32(w.rows as u32)
+                                .u32(w.cols as u32)
+                                .u32(rows_in as u32)
+                                .u32(record_bytes as u32)
+                                .u32(graph.buffer(out).width as u32)
+                                .u32(meta_offset as u32)
+                                .u32(accumulate);
                             let (kernel, groups) = int_product_dispatch(w.layout.format, w.rows, rows_in);
-                            let push = match fused_add {
-                                Some(acc) => {
-                                    skip_ops = 1;
-                                    Push::new().addr(w.address).addr(w.aux()).addr(x).addr(addr_of(acc)).addr(bias).u32(w.rows as u32).u32(w.cols as u32).u32(rows_in as u32).u32(record_bytes as u32).u32(graph.buffer(acc).width as u32).u32(meta_offset as u32).u32(1)
-                                }
-                                None => push.u32(record_bytes as u32).u32(out_stride).u32(meta_offset as u32).u32(0),
-                            };
                             rec.dispatch(kernel, &push, groups)?;
                         } else {
-                            let (kernel, push, groups) = product_dispatch(ctx, w.layout.format, w.rows, rows_in, push.u32(x_stride).u32(out_stride));
+                            let push = Push::new().addr(w.address).addr(w.aux()).addr(x).addr(addr_of(p.out)).addr(bias).u32(w.rows as u32).u32(w.cols as u32).u32(rows_in as u32).u32(x_stride).u32(graph.buffer(p.out).width as u32);
+                            let (kernel, push, groups) = product_dispatch(ctx, w.layout.format, w.rows, rows_in, push);
                             rec.dispatch(kernel, &push, groups)?;
                         }
                     }
