@@ -10,8 +10,8 @@ const TYPES: &[&str] = &["F32", "F16", "Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q6_K"];
 /// The weight types of the integer-dot-product kernel (quantized ones).
 const INT_TYPES: &[&str] = &["Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q6_K"];
 /// Rows per workgroup of its one-token build (chosen at run time, `STRATA_MATVEC_ROWS`).
-const INT_ROWS: &[u32] = &[1, 2, 4];
-const PLAIN: &[&str] = &["rms_norm", "rope", "store_kv", "rope_store", "attention", "attention_combine", "swiglu", "add", "select_rows", "read_bandwidth"];
+const INT_ROWS: &[u32] = &[1, 2, 4, 8];
+const PLAIN: &[&str] = &["rms_norm", "rope", "store_kv", "rope_store", "attention", "attention_decode", "attention_combine", "swiglu", "add", "select_rows", "read_bandwidth"];
 
 fn main() {
     println!("cargo:rerun-if-changed={SHADER_DIR}");
@@ -28,7 +28,9 @@ fn main() {
     for (act, define) in [("q8_0", "ACT_Q8_0"), ("q8_k", "ACT_Q8_K")] {
         compile_with(&glslc, "quantize_act", &format!("quantize_act_{act}"), &[define], &out);
         compile_with(&glslc, "quantize_act", &format!("quantize_act_int_{act}"), &[define, "INT_OUT"], &out);
-        compile_with(&glslc, "rms_norm", &format!("rms_norm_int_{act}"), &[define, "INT_OUT"], &out);
+        compile_with(&glslc, "quantize_act", &format!("swiglu_quantize_int_{act}"), &[define, "INT_OUT", "SWIGLU"], &out);
+        compile_with(&glslc, "quantize_act", &format!("combine_quantize_int_{act}"), &[define, "INT_OUT", "COMBINE"], &out);
+        compile_with(&glslc, "rms_norm_q", &format!("rms_norm_int_{act}"), &[define], &out);
     }
     for ty in INT_TYPES {
         let t = format!("TYPE_{ty}");

@@ -98,16 +98,17 @@ fn vulkan_matches_the_cpu_device_teacher_forced() {
 
 /// The same KL bar through the decode kernels: one token per step, so every product runs on the
 /// one-token kernel (integer dot products on 8-bit activations where the device has them) and
-/// attention on one query. Top-1 agreement is held to 58/64 here: measured on lavapipe 63/63/63/59
-/// (59 with the f32 decode kernels too, and 60-63 for the CPU's own kernel levels against each
-/// other): these texts' near-ties flip with any change of summation order (NOTES.md).
+/// attention on one query (a workgroup per query head). The bars: measured on lavapipe
+/// KL 0.0036/0.0031/0.0040/0.0050, top-1 62/63/63/62. These texts' near-ties flip with any change
+/// of summation order (the previous attention kernel gave 63/63/63/59; the CPU's own kernel levels
+/// give 60-63 against each other, NOTES.md), so a kernel change may need this bar revisited.
 #[test]
 fn vulkan_decode_kernels_match_the_cpu_device_teacher_forced() {
     let Some(i) = vulkan_index() else { return };
     let model = Arc::new(LoadedModel::load(&common::default_model()).expect("the default model loads"));
     let mut cpu = engine(&model, DeviceKind::Cpu, DeviceKind::Cpu);
     let mut vk = engine_with_ubatch(&model, DeviceKind::Vulkan(i), DeviceKind::Vulkan(i), 1);
-    compare(&mut cpu, &mut vk, "vulkan decode", 58);
+    compare(&mut cpu, &mut vk, "vulkan decode", 62);
 }
 
 #[test]

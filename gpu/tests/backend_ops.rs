@@ -415,9 +415,9 @@ fn a_vulkan_kv_arena_exported_as_opaque_fds_is_imported_in_place_by_another_devi
     assert_eq!(mine.read_bytes(0, 0, 1024).expect("read"), &data[..1024]);
 }
 
-/// The RMSNorm that quantizes for the next product writes the same normalized rows as the plain
-/// one and the same 8-bit records (quants, scales, sums) as the quantizer run on them, bit for
-/// bit, including all-zero blocks and ties of the largest magnitude.
+/// The RMSNorm that quantizes for the next product writes the plain one's normalized rows (to the
+/// last bits) and the same 8-bit records (quants, scales, sums) as the quantizer run on its own
+/// rows, bit for bit, including all-zero blocks and ties of the largest magnitude.
 #[test]
 fn fused_rms_norm_quantizes_exactly_as_the_quantizer() {
     use strata_gpu::vulkan::kernels::ActRounding;
@@ -434,8 +434,11 @@ fn fused_rms_norm_quantizes_exactly_as_the_quantizer() {
         w[40] = 1.0;
         let (normed, records) = ops.rms_norm_with_records(rounding, &x, &w, 1e-6).expect("fused");
         let plain = ops.rms_norm(&x, &w, 1e-6).expect("rms_norm");
-        assert_eq!(normed, plain, "{rounding:?} {cols}: normalized rows");
-        let want = ops.int_records(rounding, &plain, cols).expect("records");
+        // Its sum of squares runs in another order than the plain kernel's (a wider workgroup).
+        for (i, (a, b)) in normed.iter().zip(&plain).enumerate() {
+            assert!((a - b).abs() <= 1e-6 * b.abs().max(1e-3), "{rounding:?} {cols}: normalized element {i}: {a} vs {b}");
+        }
+        let want = ops.int_records(rounding, &normed, cols).expect("records");
         assert_eq!(records.len(), want.len());
         // Each record's quants and block metadata (not the padding after them).
         let record = records.len() / rows;

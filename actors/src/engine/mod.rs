@@ -206,23 +206,33 @@ impl Engine {
         let layout = KvLayout::compute(&params)?;
         let (prefill, decode) = (opts.prefill_device, opts.decode_device);
         let vk_opts = || VulkanOptions { max_batch_tokens: opts.ubatch, max_outputs: opts.max_outputs, block_size: opts.block_size, max_context: opts.max_context, max_seqs: opts.max_seqs.max(1) };
+        // Whether a GPU (not a CPU, nor a Vulkan driver running on the CPU) decodes.
+        let mut gpu_decode = false;
         let (plan, decode_plan): (Box<dyn ForwardPlan>, Option<Box<dyn ForwardPlan>>) = match (prefill, decode) {
             (DeviceKind::Cpu, DeviceKind::Cpu) => (Box::new(Self::cpu_plan(&model, &opts, Arc::new(HostKvMemory::allocate_for(&layout)?))?), None),
             (DeviceKind::Cpu, DeviceKind::Vulkan(i)) => {
                 let host = Arc::new(HostKvMemory::allocate_for(&layout)?);
                 let cpu = Self::cpu_plan(&model, &opts, host.clone())?;
                 let ctx = VulkanContext::new(i)?;
+                gpu_decode = ctx.info().device_type != "cpu";
                 let vk = VulkanPlan::compile(&ctx, model.graph.clone(), &model.file, KvSource::ImportHost(host), vk_opts())?;
                 (Box::new(cpu), Some(Box::new(vk)))
             }
             (DeviceKind::Vulkan(a), DeviceKind::Vulkan(b)) if a == b => {
                 let ctx = VulkanContext::new(a)?;
+                gpu_decode = ctx.info().device_type != "cpu";
                 let kv = if opts.kv_in_host_memory { KvSource::ImportHost(Arc::new(HostKvMemory::allocate_for(&layout)?)) } else { KvSource::Allocate(layout.clone()) };
                 (Box::new(VulkanPlan::compile(&ctx, model.graph.clone(), &model.file, kv, vk_opts())?), None)
             }
             (p, d) => return Err(DeviceError::Unsupported { device: format!("{p}+{d}"), what: format!("prefill on {p} with decode on {d} (supported: cpu+cpu, cpu+vulkan:N, vulkan:N+vulkan:N)") }.into()),
         };
-        let kv_broker = KvBroker::start(KvArena::from_layout(&layout)).map_err(|e| DeviceError::Unsupported { device: "kv".into(), what: format!("starting the KV broker: {e}") })?;
+        // A GPU decodes a token every few ms, with two broker calls each: both ends poll then.
+        let poll = match std::env::var("STRATA_KV_POLL_US").ok().and_then(|v| v.parse::<u64>().ok()) {
+            Some(us) => std::time::Duration::from_micros(us),
+            None if gpu_decode => std::time::Duration::from_millis(5),
+            None => std::time::Duration::ZERO,
+        };
+        let kv_broker = KvBroker::start_polling(KvArena::from_layout(&layout), poll).map_err(|e| DeviceError::Unsupported { device: "kv".into(), what: format!("starting the KV broker: {e}") })?;
         Ok(Engine { model, plan, decode_plan, kv: kv_broker, layout, opts, next_seq: 1 })
     }
 

@@ -7,6 +7,8 @@
 //! for all its sequences. A sequence that is cancelled, fails or times out is ended with
 //! `cache = false`, which gives every block back.
 
+use std::time::{Duration, Instant};
+
 use crossbeam_channel::{Receiver, Sender};
 use strata_kv::{ArenaStats, KvArena, KvError, Owner, SeqId, SeqStart};
 use tokio::sync::oneshot;
@@ -47,6 +49,8 @@ enum Command {
 #[derive(Clone)]
 pub struct KvBrokerHandle {
     tx: Sender<Command>,
+    /// How long a call polls for its reply before it sleeps.
+    poll: Duration,
 }
 
 /// The KV broker actor; [`KvBroker::start`] spawns it and hands back its handle.
@@ -62,14 +66,42 @@ impl KvBroker {
     /// # Errors
     /// The thread could not be spawned.
     pub fn start(arena: KvArena) -> std::io::Result<KvBrokerHandle> {
+        KvBroker::start_polling(arena, Duration::ZERO)
+    }
+
+    /// As [`KvBroker::start`], with both ends polling for up to `poll` before they sleep: the
+    /// broker for its next command after each one, a caller for its reply. A GPU decoding a
+    /// token every few milliseconds calls the broker twice per token, and a sleeping thread's
+    /// wake-up (tens to hundreds of microseconds on a server CPU) would otherwise be paid four
+    /// times per token. It costs a core while commands keep coming; a CPU device wants its cores
+    /// for itself (poll zero).
+    ///
+    /// # Errors
+    /// The thread could not be spawned.
+    pub fn start_polling(arena: KvArena, poll: Duration) -> std::io::Result<KvBrokerHandle> {
         let (tx, rx) = crossbeam_channel::bounded(MAILBOX);
-        std::thread::Builder::new().name("strata-kv-broker".into()).spawn(move || serve(arena, rx))?;
-        Ok(KvBrokerHandle { tx })
+        std::thread::Builder::new().name("strata-kv-broker".into()).spawn(move || serve(arena, rx, poll))?;
+        Ok(KvBrokerHandle { tx, poll })
     }
 }
 
-fn serve(mut arena: KvArena, rx: Receiver<Command>) {
-    while let Ok(cmd) = rx.recv() {
+/// The next command: polled for up to `poll`, then waited for.
+fn next_command(rx: &Receiver<Command>, poll: Duration) -> Option<Command> {
+    if !poll.is_zero() {
+        let start = Instant::now();
+        while start.elapsed() < poll {
+            match rx.try_recv() {
+                Ok(cmd) => return Some(cmd),
+                Err(crossbeam_channel::TryRecvError::Disconnected) => return None,
+                Err(crossbeam_channel::TryRecvError::Empty) => std::hint::spin_loop(),
+            }
+        }
+    }
+    rx.recv().ok()
+}
+
+fn serve(mut arena: KvArena, rx: Receiver<Command>, poll: Duration) {
+    while let Some(cmd) = next_command(&rx, poll) {
         match cmd {
             Command::Start { seq, prompt, owner, reply } => {
                 let _ = reply.send(arena.start_sequence(seq, &prompt, owner));
@@ -106,8 +138,18 @@ fn serve(mut arena: KvArena, rx: Receiver<Command>) {
 
 impl KvBrokerHandle {
     fn call<T>(&self, make: impl FnOnce(Reply<T>) -> Command) -> Result<T, BrokerError> {
-        let (tx, rx) = oneshot::channel();
+        let (tx, mut rx) = oneshot::channel();
         self.tx.send(make(tx)).map_err(|_| BrokerError::Gone)?;
+        if !self.poll.is_zero() {
+            let start = Instant::now();
+            while start.elapsed() < self.poll {
+                match rx.try_recv() {
+                    Ok(v) => return Ok(v),
+                    Err(oneshot::error::TryRecvError::Closed) => return Err(BrokerError::Gone),
+                    Err(oneshot::error::TryRecvError::Empty) => std::hint::spin_loop(),
+                }
+            }
+        }
         rx.blocking_recv().map_err(|_| BrokerError::Gone)
     }
 

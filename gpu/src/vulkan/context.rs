@@ -36,6 +36,8 @@ pub struct DeviceInfo {
     pub max_storage_buffer_range: u64,
     pub min_imported_host_alignment: u64,
     pub max_shared_memory_bytes: u32,
+    /// Invocations a compute workgroup may have (at least 128 on every device).
+    pub max_workgroup_invocations: u32,
     /// Nanoseconds per timestamp tick.
     pub timestamp_period_ns: f32,
     /// Whether the features the shaders need are all there (device addresses, 8/16-bit storage,
@@ -165,6 +167,7 @@ fn describe(instance: &ash::Instance, index: u32, pd: vk::PhysicalDevice) -> Res
         max_storage_buffer_range: props.limits.max_storage_buffer_range as u64,
         min_imported_host_alignment: host.min_imported_host_pointer_alignment,
         max_shared_memory_bytes: props.limits.max_compute_shared_memory_size,
+        max_workgroup_invocations: props.limits.max_compute_work_group_invocations.min(props.limits.max_compute_work_group_size[0]),
         timestamp_period_ns: props.limits.timestamp_period,
         usable,
         integer_dot_product,

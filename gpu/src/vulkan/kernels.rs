@@ -33,7 +33,7 @@ pub enum Kernel {
     /// Matrix-vector product for up to a few tokens (batched decode).
     MatVec(WeightFormat),
     /// Matrix-vector product of 8-bit activation quants by integer dot products, one token, with
-    /// this many rows per workgroup (1, 2 or 4). Quantized weight formats only.
+    /// this many rows per workgroup (1, 2, 4 or 8). Quantized weight formats only.
     MatVecInt1(WeightFormat, u8),
     /// The same for up to four tokens per pass (batched decode).
     MatVecInt(WeightFormat),
@@ -47,6 +47,8 @@ pub enum Kernel {
     /// RoPE of Q and K and the K/V store in one dispatch.
     RopeStore,
     Attention,
+    /// Attention for decode-sized steps: a workgroup per query head and split.
+    AttentionDecode,
     AttentionCombine,
     SwiGlu,
     Add,
@@ -59,6 +61,10 @@ pub enum Kernel {
     QuantizeActInt(ActRounding),
     /// RMSNorm that also writes the normalized rows as 8-bit records (QuantizeActInt's output).
     RmsNormInt(ActRounding),
+    /// SwiGLU that also writes its output as 8-bit records (QuantizeActInt's output).
+    SwiGluInt(ActRounding),
+    /// The merge of attention's split results that also writes them as 8-bit records.
+    AttentionCombineInt(ActRounding),
 }
 
 /// How activations are rounded before a product with a weight (the CPU device's activation
@@ -140,6 +146,7 @@ impl Kernel {
             Kernel::MatVec(f) => per_format!(f, "matvec"),
             Kernel::MatVecInt1(f, 1) => per_int_format!(f, "matvec_q1_r1"),
             Kernel::MatVecInt1(f, 4) => per_int_format!(f, "matvec_q1_r4"),
+            Kernel::MatVecInt1(f, 8) => per_int_format!(f, "matvec_q1_r8"),
             Kernel::MatVecInt1(f, _) => per_int_format!(f, "matvec_q1_r2"),
             Kernel::MatVecInt(f) => per_int_format!(f, "matvec_q4"),
             Kernel::MatMul(f) => per_format!(f, "matmul"),
@@ -149,6 +156,7 @@ impl Kernel {
             Kernel::StoreKv => spv!("store_kv"),
             Kernel::RopeStore => spv!("rope_store"),
             Kernel::Attention => spv!("attention"),
+            Kernel::AttentionDecode => spv!("attention_decode"),
             Kernel::AttentionCombine => spv!("attention_combine"),
             Kernel::SwiGlu => spv!("swiglu"),
             Kernel::Add => spv!("add"),
@@ -160,6 +168,10 @@ impl Kernel {
             Kernel::QuantizeActInt(ActRounding::Q8_K) => spv!("quantize_act_int_q8_k"),
             Kernel::RmsNormInt(ActRounding::Q8_0) => spv!("rms_norm_int_q8_0"),
             Kernel::RmsNormInt(ActRounding::Q8_K) => spv!("rms_norm_int_q8_k"),
+            Kernel::SwiGluInt(ActRounding::Q8_0) => spv!("swiglu_quantize_int_q8_0"),
+            Kernel::SwiGluInt(ActRounding::Q8_K) => spv!("swiglu_quantize_int_q8_k"),
+            Kernel::AttentionCombineInt(ActRounding::Q8_0) => spv!("combine_quantize_int_q8_0"),
+            Kernel::AttentionCombineInt(ActRounding::Q8_K) => spv!("combine_quantize_int_q8_k"),
         }
     }
 }

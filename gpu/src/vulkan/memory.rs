@@ -20,6 +20,8 @@ pub const MAX_CHUNK_BYTES: u64 = 1 << 30;
 
 /// How long a submission may run before it is reported as a hung device.
 pub const FENCE_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long a wait for a submission polls before it blocks.
+const SPIN_WAIT: Duration = Duration::from_millis(20);
 
 /// Where a buffer's memory came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,6 +69,10 @@ pub enum MemoryKind {
     /// else as [`MemoryKind::HostVisible`]: small buffers the host writes once per step and every
     /// kernel reads, so that a kernel's read does not cross the bus.
     HostWriteDeviceRead,
+    /// Mapped, coherent and cached on the host where the device offers such a type, else as
+    /// [`MemoryKind::HostVisible`]: what the host reads back every step (logits). Uncached
+    /// (write-combined) memory reads at a small fraction of the host's memory speed.
+    HostRead,
     /// Device-local and exportable as an opaque fd.
     Exportable,
 }
@@ -94,6 +100,7 @@ impl Buffer {
             MemoryKind::DeviceLocal | MemoryKind::Exportable => (vk::MemoryPropertyFlags::DEVICE_LOCAL, Some(vk::MemoryPropertyFlags::empty())),
             MemoryKind::HostVisible => (host, None),
             MemoryKind::HostWriteDeviceRead => (host | vk::MemoryPropertyFlags::DEVICE_LOCAL, Some(host)),
+            MemoryKind::HostRead => (host | vk::MemoryPropertyFlags::HOST_CACHED, Some(host)),
         };
         let Some(type_index) = ctx.memory_type(req.memory_type_bits, flags).or_else(|| fallback.and_then(|f| ctx.memory_type(req.memory_type_bits, f))) else {
             // SAFETY: the buffer is unused.
@@ -106,7 +113,7 @@ impl Buffer {
         if kind == MemoryKind::Exportable {
             alloc = alloc.push_next(&mut export);
         }
-        Self::bind(ctx, buffer, &alloc, size, what, matches!(kind, MemoryKind::HostVisible | MemoryKind::HostWriteDeviceRead), Origin::Allocated)
+        Self::bind(ctx, buffer, &alloc, size, what, matches!(kind, MemoryKind::HostVisible | MemoryKind::HostWriteDeviceRead | MemoryKind::HostRead), Origin::Allocated)
     }
 
     fn bind(ctx: &Arc<VulkanContext>, buffer: vk::Buffer, alloc: &vk::MemoryAllocateInfo<'_>, size: u64, what: &str, map: bool, origin: Origin) -> Result<Buffer, DeviceError> {
@@ -397,6 +404,8 @@ pub struct Timeline {
     ctx: Arc<VulkanContext>,
     semaphore: vk::Semaphore,
     value: u64,
+    /// Poll the semaphore before blocking on it (`STRATA_VULKAN_WAIT=block` turns it off).
+    spin: bool,
 }
 
 impl Timeline {
@@ -407,7 +416,8 @@ impl Timeline {
         let info = vk::SemaphoreCreateInfo::default().push_next(&mut kind);
         // SAFETY: valid device (timelineSemaphore enabled) and create info.
         let semaphore = unsafe { ctx.device.create_semaphore(&info, None) }.map_err(|e| vk_error(&ctx.name(), "vkCreateSemaphore", e))?;
-        Ok(Timeline { ctx: ctx.clone(), semaphore, value: 0 })
+        let spin = ctx.info.device_type != "cpu" && std::env::var("STRATA_VULKAN_WAIT").as_deref() != Ok("block");
+        Ok(Timeline { ctx: ctx.clone(), semaphore, value: 0, spin })
     }
 
     /// Submits one recorded command buffer that signals the next value, and waits for that value.
@@ -426,6 +436,20 @@ impl Timeline {
         // SAFETY: `cb` is fully recorded and not pending; the semaphore's value only grows.
         unsafe { ctx.device.queue_submit(ctx.queue, &[submit], vk::Fence::null()) }.map_err(|e| vk_error(&name, "vkQueueSubmit", e))?;
         self.value = target;
+        // A GPU's short steps (one decoded token: a few ms) are polled for a while: a blocking
+        // wait adds the thread's wake-up latency to every token. Not on a CPU device (lavapipe),
+        // whose own threads need the cores.
+        if self.spin {
+            let start = std::time::Instant::now();
+            while start.elapsed() < SPIN_WAIT {
+                // SAFETY: the semaphore belongs to this device.
+                let reached = unsafe { ctx.device.get_semaphore_counter_value(self.semaphore) }.map_err(|e| vk_error(&name, "vkGetSemaphoreCounterValue", e))?;
+                if reached >= target {
+                    return Ok(());
+                }
+                std::hint::spin_loop();
+            }
+        }
         let wait = vk::SemaphoreWaitInfo::default().semaphores(&signals).values(&values);
         // SAFETY: the semaphore belongs to this device.
         match unsafe { ctx.device.wait_semaphores(&wait, FENCE_TIMEOUT.as_nanos() as u64) } {

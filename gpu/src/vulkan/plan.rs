@@ -61,11 +61,17 @@ fn matvec_kernel(ctx: &VulkanContext, format: WeightFormat, n_tokens: usize) -> 
 }
 /// Tokens per matrix-vector pass.
 const MATVEC_TOKENS_PER_GROUP: usize = 4;
+/// Steps of at most this many tokens multiply quantized weights by the integer kernels (which
+/// read the weights once per four tokens; at 32 tokens that still beats the tiled f32 kernel
+/// several times over: 7B Q4_0 batched decode of 32 sequences ran at 270 t/s through it), run
+/// attention one workgroup per query head, and fuse the activation quantization into the ops
+/// before the products. Above it (prefill chunks), the tiled kernels.
+const INT_MAX_TOKENS: usize = 32;
 
 /// Whether a product of `format` weights with `n_tokens` activation rows multiplies 8-bit
 /// activation quants by integer dot products (decode steps on a device that has them).
 pub(crate) fn uses_int_product(ctx: &VulkanContext, format: WeightFormat, n_tokens: usize) -> bool {
-    ctx.integer_dot_product && format.has_int_kernel() && n_tokens <= MATVEC_MAX_TOKENS
+    ctx.integer_dot_product && format.has_int_kernel() && n_tokens <= INT_MAX_TOKENS
 }
 
 /// The 8-bit activation record of one row of `cols` activations (quantize_act.comp, INT_OUT):
@@ -75,15 +81,15 @@ pub(crate) fn int_act_record(cols: usize) -> (usize, usize) {
     ((meta_offset + cols / 32 * 8).next_multiple_of(16), meta_offset)
 }
 
-/// Rows per workgroup of the one-token integer kernel: 2, or `STRATA_MATVEC_ROWS` (1, 2 or 4), a
-/// tuning knob read once.
+/// Rows per workgroup of the one-token integer kernel: 2, or `STRATA_MATVEC_ROWS` (1, 2, 4 or 8),
+/// a tuning knob read once.
 fn int_rows_per_group() -> u8 {
     static ROWS: std::sync::OnceLock<u8> = std::sync::OnceLock::new();
-    *ROWS.get_or_init(|| std::env::var("STRATA_MATVEC_ROWS").ok().and_then(|v| v.parse().ok()).filter(|r| [1u8, 2, 4].contains(r)).unwrap_or(2))
+    *ROWS.get_or_init(|| std::env::var("STRATA_MATVEC_ROWS").ok().and_then(|v| v.parse().ok()).filter(|r| [1u8, 2, 4, 8].contains(r)).unwrap_or(2))
 }
 
 /// The integer kernel and workgroup counts of a product of a `rows`-row weight with `n_tokens`
-/// activation records (at most [`MATVEC_MAX_TOKENS`]).
+/// activation records (at most [`INT_MAX_TOKENS`]).
 pub(crate) fn int_product_dispatch(format: WeightFormat, rows: usize, n_tokens: usize) -> (Kernel, [u32; 3]) {
     if n_tokens == 1 {
         let per_group = int_rows_per_group();
@@ -101,6 +107,13 @@ fn attention_split_min() -> usize {
     *SPLIT.get_or_init(|| std::env::var("STRATA_ATTENTION_SPLIT").ok().and_then(|v| v.parse().ok()).filter(|r| [16usize, 32, 64, 128].contains(r)).unwrap_or(64))
 }
 const ATTENTION_MAX_SPLITS: usize = 256;
+
+/// Decode-sized steps use attention_decode.comp (a workgroup per query head and split) unless
+/// `STRATA_VULKAN_ATTENTION=grouped` (attention.comp, a workgroup per KV head and split).
+fn per_head_decode_attention() -> bool {
+    static PER_HEAD: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *PER_HEAD.get_or_init(|| std::env::var("STRATA_VULKAN_ATTENTION").as_deref() != Ok("grouped"))
+}
 /// Limits of shaders/attention.comp.
 const ATTENTION_MAX_GROUP: usize = 8;
 const ATTENTION_MAX_HEAD_DIM: usize = 256;
@@ -139,6 +152,8 @@ struct ParamLayout {
 /// Word offsets in the header: n_splits, split_len, then the indirect attention dispatch.
 const HEADER_WORDS: usize = 16;
 const HEADER_ATTENTION_ARGS: usize = 4;
+/// Where the step header holds the indirect dispatch of attention_decode.comp.
+const HEADER_ATTENTION_DECODE_ARGS: usize = 8;
 
 impl ParamLayout {
     fn new(max_tokens: usize, max_outputs: usize, max_seqs: usize, max_blocks_per_seq: usize) -> ParamLayout {
@@ -223,6 +238,8 @@ struct Profiler {
     /// (label, decode step?) -> (total ns, samples).
     totals: HashMap<(String, bool), (f64, u64)>,
     steps: HashMap<bool, (f64, u64)>,
+    /// decode step? -> (ns in forward(), ns of it submitting and waiting for the GPU).
+    host: HashMap<bool, (f64, f64)>,
 }
 
 impl Profiler {
@@ -247,7 +264,7 @@ impl Profiler {
                 Op::SelectRows { .. } => "select_rows".to_string(),
             })
             .collect();
-        Ok(Profiler { ctx: ctx.clone(), pool, capacity, labels, totals: HashMap::new(), steps: HashMap::new() })
+        Ok(Profiler { ctx: ctx.clone(), pool, capacity, labels, totals: HashMap::new(), steps: HashMap::new(), host: HashMap::new() })
     }
 
     fn collect(&mut self, decode: bool) {
@@ -276,6 +293,10 @@ impl Drop for Profiler {
         for decode in [true, false] {
             let Some(&(step_ns, steps)) = self.steps.get(&decode) else { continue };
             eprintln!("Vulkan profile, {} steps: {steps}, {:.1} us per step on the GPU", if decode { "one-token" } else { "other" }, step_ns / steps as f64 / 1e3);
+            if let Some(&(forward_ns, wait_ns)) = self.host.get(&decode) {
+                let per = |ns: f64| ns / steps as f64 / 1e3;
+                eprintln!("  host: {:.1} us per step in forward(), {:.1} us of it submitting and waiting", per(forward_ns), per(wait_ns));
+            }
             let mut rows: Vec<(&String, f64, u64)> = self.totals.iter().filter(|((_, d), _)| *d == decode).map(|((l, _), &(t, n))| (l, t, n)).collect();
             rows.sort_by(|a, b| b.1.total_cmp(&a.1));
             for (label, total, n) in rows {
@@ -379,7 +400,7 @@ impl VulkanPlan {
         let widest_input = graph.ops.iter().filter_map(|op| if let Op::MatMul { input, .. } = op { Some(graph.buffer(*input).width) } else { None }).max().unwrap_or(0);
         let rows_max = opts.max_batch_tokens.max(opts.max_outputs);
         // Rounded activations: f32 rows, or 8-bit records for decode steps.
-        let rounded_bytes = (rows_max * widest_input * 4).max(rows_max.min(MATVEC_MAX_TOKENS) * int_act_record(widest_input).0) as u64;
+        let rounded_bytes = (rows_max * widest_input * 4).max(rows_max.min(INT_MAX_TOKENS) * int_act_record(widest_input).0) as u64;
         sizes.push(rounded_bytes);
         sizes.push(rounded_bytes);
         let mut slices = arena.alloc_all(&sizes)?;
@@ -402,7 +423,7 @@ impl VulkanPlan {
         let param_layout = ParamLayout::new(opts.max_batch_tokens, opts.max_outputs, max_seqs, max_blocks_per_seq);
         let params = Buffer::new(ctx, (param_layout.total * 4) as u64, MemoryKind::HostVisible, "step parameters")?;
         let params_device = Buffer::new(ctx, (param_layout.total * 4) as u64, MemoryKind::DeviceLocal, "step parameters (device copy)")?;
-        let readback = Buffer::new(ctx, (opts.max_outputs * hp.vocab_size * 4) as u64, MemoryKind::HostVisible, "logits readback")?;
+        let readback = Buffer::new(ctx, (opts.max_outputs * hp.vocab_size * 4) as u64, readback_kind(), "logits readback")?;
         tracing::info!(device = %ctx.name(), weights_mib = weight_bytes >> 20, device_mib = arena.allocated_bytes() >> 20, "Vulkan plan compiled");
         Ok(VulkanPlan {
             commands: CommandCache::new(ctx)?,
@@ -473,7 +494,7 @@ impl VulkanPlan {
         }
         let n_splits = max_len.div_ceil(split_len);
         let hp = &self.graph.hparams;
-        let header = [n_splits as u32, split_len as u32, 0, 0, hp.n_kv_heads as u32, n_splits as u32, n as u32, 0];
+        let header = [n_splits as u32, split_len as u32, 0, 0, hp.n_kv_heads as u32, n_splits as u32, n as u32, 0, hp.n_heads as u32, n_splits as u32, n as u32, 0];
         let bytes = self.params.mapped_mut().ok_or_else(|| unsupported(&self.ctx, "the parameter buffer is not mapped".into()))?;
         // The buffer is host-coherent and no submission is pending: plain writes.
         let words: &mut [u32] = bytemuck_words(bytes);
@@ -574,7 +595,7 @@ impl VulkanPlan {
                     // Quantize for the product that follows, in the same dispatch, when it reads
                     // this output as 8-bit records.
                     let fused = match ops.get(op_index + 1) {
-                        Some(Op::MatMul { input: next, outputs }) if next == out && ctx.integer_dot_product && rows <= MATVEC_MAX_TOKENS => fusable_rounding(ctx, weights, outputs, width as usize),
+                        Some(Op::MatMul { input: next, outputs }) if next == out && ctx.integer_dot_product && rows <= INT_MAX_TOKENS => fusable_rounding(ctx, weights, outputs, width as usize),
                         _ => None,
                     };
                     match fused {
@@ -600,7 +621,7 @@ impl VulkanPlan {
                     let rows_in = rows_of(graph, *input);
                     let cols = graph.buffer(*input).width;
                     let x_stride = cols as u32;
-                    let int = ctx.integer_dot_product && rows_in <= MATVEC_MAX_TOKENS;
+                    let int = ctx.integer_dot_product && rows_in <= INT_MAX_TOKENS;
                     let (record_bytes, meta_offset) = int_act_record(cols);
                     // Round the input once per rounding its projections need, as the CPU does.
                     let mut roundings: Vec<ActRounding> = outputs.iter().filter_map(|p| weights[p.weight.0 as usize].and_then(|w| ActRounding::for_format(w.layout.format))).collect();
@@ -734,10 +755,52 @@ impl VulkanPlan {
                         .u32((stride / 2) as u32)
                         .u32(block_size as u32)
                         .f32(graph.attention_scale);
-                    rec.dispatch_indirect(Kernel::Attention, &push, params_buffer, (HEADER_ATTENTION_ARGS * 4) as u64)?;
+                    if n <= INT_MAX_TOKENS && per_head_decode_attention() {
+                        rec.dispatch_indirect(Kernel::AttentionDecode, &push, params_buffer, (HEADER_ATTENTION_DECODE_ARGS * 4) as u64)?;
+                    } else {
+                        rec.dispatch_indirect(Kernel::Attention, &push, params_buffer, (HEADER_ATTENTION_ARGS * 4) as u64)?;
+                    }
                     rec.barrier();
-                    let push = Push::new().addr(partial.address).addr(addr_of(*out)).addr(p_header).u32(hp.n_heads as u32).u32(hp.head_dim as u32).u32(graph.buffer(*out).width as u32);
-                    rec.dispatch(Kernel::AttentionCombine, &push, [hp.n_heads as u32, n as u32, 1])?;
+                    let out_width = graph.buffer(*out).width;
+                    if let Some(r) = fused_product_rounding(ctx, weights, ops.get(op_index + 1), *out, n, "STRATA_VULKAN_FUSE_COMBINE") {
+                        // The merge and the quantization for the product that follows.
+                        let cols = hp.n_heads * hp.head_dim;
+                        let (record_bytes, meta_offset) = int_act_record(cols);
+                        let push = Push::new()
+                            .addr(partial.address)
+                            .addr(p_header)
+                            .addr(addr_of(*out))
+                            .addr(rounded[r as usize].address)
+                            .u32(cols as u32)
+                            .u32(out_width as u32)
+                            .u32(n as u32)
+                            .u32(record_bytes as u32)
+                            .u32(meta_offset as u32)
+                            .u32(hp.head_dim as u32);
+                        rec.dispatch(Kernel::AttentionCombineInt(r), &push, [(n * cols.div_ceil(256)) as u32, 1, 1])?;
+                        prequantized = true;
+                    } else {
+                        let push = Push::new().addr(partial.address).addr(addr_of(*out)).addr(p_header).u32(hp.n_heads as u32).u32(hp.head_dim as u32).u32(out_width as u32);
+                        rec.dispatch(Kernel::AttentionCombine, &push, [hp.n_heads as u32, n as u32, 1])?;
+                    }
+                }
+                Op::SwiGlu { gate, up, out } if fused_product_rounding(ctx, weights, ops.get(op_index + 1), *out, n, "STRATA_VULKAN_FUSE_SWIGLU").is_some() => {
+                    // SwiGLU and the quantization for the product that follows in one dispatch.
+                    let r = fused_product_rounding(ctx, weights, ops.get(op_index + 1), *out, n, "STRATA_VULKAN_FUSE_SWIGLU").unwrap_or(ActRounding::Q8_0);
+                    let cols = graph.buffer(*out).width;
+                    let (record_bytes, meta_offset) = int_act_record(cols);
+                    let push = Push::new()
+                        .addr(addr_of(*gate))
+                        .addr(addr_of(*up))
+                        .addr(addr_of(*out))
+                        .addr(rounded[r as usize].address)
+                        .u32(cols as u32)
+                        .u32(cols as u32)
+                        .u32(n as u32)
+                        .u32(record_bytes as u32)
+                        .u32(meta_offset as u32);
+                    rec.dispatch(Kernel::SwiGluInt(r), &push, [(n * cols.div_ceil(256)) as u32, 1, 1])?;
+                    prequantized = true;
                 }
                 Op::SwiGlu { gate, up, out } => {
                     let count = (n * graph.buffer(*out).width) as u32;
@@ -769,17 +832,32 @@ impl VulkanPlan {
     }
 }
 
-/// Elements per row at most of the RMSNorm that also quantizes (shaders/rms_norm.comp, MAX_ROW),
+/// Host-cached memory for the logits unless `STRATA_VULKAN_READBACK=uncached` (for comparison).
+fn readback_kind() -> MemoryKind {
+    match std::env::var("STRATA_VULKAN_READBACK").as_deref() {
+        Ok("uncached") => MemoryKind::HostVisible,
+        _ => MemoryKind::HostRead,
+    }
+}
+
+/// Elements per row at most of the RMSNorm that also quantizes (shaders/rms_norm_q.comp, MAX_ROW),
 /// and the shared memory it declares.
 const RMS_NORM_INT_MAX_ROW: usize = 6144;
-const RMS_NORM_INT_SHARED_BYTES: u32 = (RMS_NORM_INT_MAX_ROW as u32 / 32 * 2 + RMS_NORM_INT_MAX_ROW as u32 + 128) * 4;
+const RMS_NORM_INT_SHARED_BYTES: u32 = (512 + RMS_NORM_INT_MAX_ROW as u32 / 4 * 3 + RMS_NORM_INT_MAX_ROW as u32 / 32 * 2) * 4;
 
 /// The one activation rounding of `outputs` when an RMSNorm of `width`-element rows can quantize
 /// for them (integer kernels, a row its shared memory holds), else `None`.
 fn fusable_rounding(ctx: &VulkanContext, weights: &[Option<GpuWeight>], outputs: &[strata_model::graph::Projection], width: usize) -> Option<ActRounding> {
-    if width > RMS_NORM_INT_MAX_ROW || ctx.info.max_shared_memory_bytes < RMS_NORM_INT_SHARED_BYTES {
+    if width > RMS_NORM_INT_MAX_ROW || ctx.info.max_shared_memory_bytes < RMS_NORM_INT_SHARED_BYTES || ctx.info.max_workgroup_invocations < 512 {
         return None;
     }
+    let found = one_int_rounding(weights, outputs)?;
+    let block = if found == ActRounding::Q8_K { 256 } else { 32 };
+    width.is_multiple_of(block).then_some(found)
+}
+
+/// The activation rounding all of `outputs` share when every one has an integer kernel.
+fn one_int_rounding(weights: &[Option<GpuWeight>], outputs: &[strata_model::graph::Projection]) -> Option<ActRounding> {
     let mut found: Option<ActRounding> = None;
     for p in outputs {
         let w = weights[p.weight.0 as usize]?;
@@ -789,8 +867,17 @@ fn fusable_rounding(ctx: &VulkanContext, weights: &[Option<GpuWeight>], outputs:
         }
         found = Some(r);
     }
-    let block = if found? == ActRounding::Q8_K { 256 } else { 32 };
-    width.is_multiple_of(block).then_some(found?)
+    found
+}
+
+/// The activation rounding with which an op writing `out` (SwiGLU, attention's merge) also
+/// quantizes for `next`, the product reading `out`: integer kernels, a decode-sized step, every
+/// projection of one rounding, and the fusion not turned off by `switch`=0 (for comparison).
+fn fused_product_rounding(ctx: &VulkanContext, weights: &[Option<GpuWeight>], next: Option<&Op>, out: BufId, n: usize, switch: &str) -> Option<ActRounding> {
+    match next {
+        Some(Op::MatMul { input, outputs }) if *input == out && ctx.integer_dot_product && n <= INT_MAX_TOKENS && std::env::var(switch).as_deref() != Ok("0") => one_int_rounding(weights, outputs),
+        _ => None,
+    }
 }
 
 /// Whether `buf` is read by nothing but residual adds of it (a projection's output that only
@@ -835,17 +922,23 @@ impl ForwardPlan for VulkanPlan {
             n_blocks: self.kv.layout.params.n_blocks() as usize,
         };
         limits.check(b)?;
+        let started = std::time::Instant::now();
         self.write_params(b)?;
         let (n, n_out) = (b.len(), b.output_rows.len());
         let cb = self.record(n, n_out)?;
+        let submitted = std::time::Instant::now();
         self.commands.timeline.submit_and_wait(cb)?;
-        if let Some(p) = &mut self.profiler {
-            p.collect(n == 1);
-        }
+        let waited_ns = submitted.elapsed().as_nanos() as f64;
         let vocab = self.graph.hparams.vocab_size;
         let bytes = self.readback.mapped().ok_or_else(|| unsupported(&self.ctx, "the readback buffer is not mapped".into()))?;
         self.logits.clear();
         self.logits.extend(bytes[..n_out * vocab * 4].chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])));
+        if let Some(p) = &mut self.profiler {
+            p.collect(n == 1);
+            let host = p.host.entry(n == 1).or_default();
+            host.0 += started.elapsed().as_nanos() as f64;
+            host.1 += waited_ns;
+        }
         Ok(&self.logits)
     }
 

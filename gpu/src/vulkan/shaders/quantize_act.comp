@@ -17,13 +17,69 @@ layout(local_size_x = 256) in;
 
 layout(push_constant) uniform Push {
     uint64_t x;
+#ifdef SWIGLU
+    uint64_t up;
+    uint64_t swiglu_out;
+#endif
+#ifdef COMBINE
+    uint64_t header;
+    uint64_t combine_out;
+#endif
     uint64_t out_;
     uint cols;
     uint stride;
     uint n_rows;
     uint out_stride;
     uint meta_offset;
+#ifdef COMBINE
+    uint head_dim;
+#endif
 } pc;
+
+#ifdef COMBINE
+// Element e of token t's attention output: the splits' partial results of its head merged in
+// split order (attention_combine.comp's arithmetic).
+float combined(uint t, uint e) {
+    uint hd = pc.head_dim;
+    uint h = e / hd;
+    uint d = e % hd;
+    uint n_splits = U32s(pc.header).v[0];
+    F32s part = F32s(pc.x);
+    uint base = (t * (pc.cols / hd) + h) * n_splits * (hd + 2);
+    float mx = -1.0 / 0.0;
+    for (uint s0 = 0; s0 < n_splits; s0 += 16) {
+        float ms[16];
+        [[unroll]] for (uint u = 0; u < 16; u++) {
+            ms[u] = s0 + u < n_splits ? part.v[base + (s0 + u) * (hd + 2)] : -1.0 / 0.0;
+        }
+        [[unroll]] for (uint u = 0; u < 16; u++) {
+            mx = max(mx, ms[u]);
+        }
+    }
+    float l = 0.0;
+    float o = 0.0;
+    for (uint s0 = 0; s0 < n_splits; s0 += 16) {
+        float ms[16];
+        float ls[16];
+        float vs[16];
+        [[unroll]] for (uint u = 0; u < 16; u++) {
+            bool in_range = s0 + u < n_splits;
+            uint rec = base + (s0 + u) * (hd + 2);
+            ms[u] = in_range ? part.v[rec] : -1.0 / 0.0;
+            ls[u] = in_range ? part.v[rec + 1] : 0.0;
+            vs[u] = in_range ? part.v[rec + 2 + d] : 0.0;
+        }
+        [[unroll]] for (uint u = 0; u < 16; u++) {
+            if (s0 + u < n_splits && ms[u] != -1.0 / 0.0) {
+                float f = exp(ms[u] - mx);
+                l += f * ls[u];
+                o += f * vs[u];
+            }
+        }
+    }
+    return o / l;
+}
+#endif
 
 #if defined(ACT_Q8_K)
 #define SEG 256
@@ -43,7 +99,22 @@ void main() {
     uint row = gl_WorkGroupID.x / chunks;
     uint e = (gl_WorkGroupID.x % chunks) * 256 + tid;
     bool valid = e < pc.cols;
+#ifdef SWIGLU
+    float v = 0.0;
+    if (valid) {
+        float g = F32s(pc.x).v[row * pc.stride + e];
+        v = g / (1.0 + exp(-g)) * F32s(pc.up).v[row * pc.stride + e];
+        F32s(pc.swiglu_out).v[row * pc.stride + e] = v;
+    }
+#elif defined(COMBINE)
+    float v = 0.0;
+    if (valid) {
+        v = combined(row, e);
+        F32s(pc.combine_out).v[row * pc.stride + e] = v;
+    }
+#else
     float v = valid ? F32s(pc.x).v[row * pc.stride + e] : 0.0;
+#endif
     sa[tid] = abs(v);
     sv[tid] = v;
     for (uint s = SEG / 2; s > 0; s >>= 1) {

@@ -1,0 +1,187 @@
+#version 450
+// Attention for decode-sized steps (a few tokens, one query each): one workgroup per (query head,
+// split of the context, token), so a single decoded token spreads over n_heads * n_splits
+// workgroups instead of attention.comp's n_kv_heads * n_splits (the GPU sat mostly idle: 32
+// workgroups per layer for a 7B shape at context 512, each walking seven heads in turn). The
+// query heads of a KV head read the same K/V rows; the second and later reads hit the cache.
+//
+// Per tile of 64 positions: two invocations per position take one half of the K row each (eight
+// 16-byte loads in flight), the scores go through an online softmax, and the weighted V rows are
+// summed by invocations that own two dimensions and a slice of the tile. The partial result
+// (max, sum, weighted values) has attention.comp's layout; attention_combine.comp merges splits.
+// Nothing depends on the step's other tokens: a token's result is the same in any decode batch.
+#include "common.glsl"
+
+#define WG 128
+#define TILE 64
+#define MAX_HD 256
+#define MAX_SUBGROUPS 128
+
+layout(local_size_x = WG) in;
+
+layout(push_constant) uniform Push {
+    uint64_t q;
+    uint64_t partial;
+    uint64_t k_cache;
+    uint64_t v_cache;
+    uint64_t positions;
+    uint64_t seq_of_token;
+    uint64_t table_offsets;
+    uint64_t tables;
+    uint64_t header;
+    uint n_heads;
+    uint n_kv_heads;
+    uint head_dim;
+    uint q_stride;
+    uint row_stride;
+    uint block_size;
+    float scale;
+} pc;
+
+shared float qs[MAX_HD];
+shared float half_dot[WG];
+shared float p[TILE];
+shared uint cells[TILE];
+shared float red[MAX_SUBGROUPS];
+shared float v_sums[2 * WG];
+
+void main() {
+    uint h = gl_WorkGroupID.x;
+    uint split = gl_WorkGroupID.y;
+    uint t = gl_WorkGroupID.z;
+    uint tid = gl_LocalInvocationID.x;
+    U32s header = U32s(pc.header);
+    uint n_splits = header.v[0];
+    uint split_len = header.v[1];
+    uint hd = pc.head_dim;
+    uint kvh = h / (pc.n_heads / pc.n_kv_heads);
+    uint len = U32s(pc.positions).v[t] + 1;
+    uint j_begin = split * split_len;
+    uint j_end = min(len, j_begin + split_len);
+    uint table_offset = U32s(pc.table_offsets).v[U32s(pc.seq_of_token).v[t]];
+    U32s tables = U32s(pc.tables);
+
+    // The query, rounded to f16 as the CPU device (and ggml) does before meeting the f16 cache.
+    for (uint d = tid; d < hd; d += WG) {
+        qs[d] = float(float16_t(F32s(pc.q).v[t * pc.q_stride + h * hd + d]));
+    }
+    // K: invocation tid takes position tid % TILE of the tile and half tid / TILE of its row
+    // (row vectors of 8 halves: the first ceil(n/2) vectors, or the rest).
+    uint jj = tid % TILE;
+    uint k_half = tid / TILE;
+    uint n_vec = hd / 8;
+    uint vec_begin = k_half == 0 ? 0 : (n_vec + 1) / 2;
+    uint vec_end = k_half == 0 ? (n_vec + 1) / 2 : n_vec;
+    // V: invocation tid owns dimensions 2 * dp, 2 * dp + 1 for slice vg of the tile.
+    uint dim_pairs = hd / 2;
+    uint v_groups = WG / dim_pairs;
+    uint dp = tid % dim_pairs;
+    uint vg = tid / dim_pairs;
+    uint slice = (TILE + v_groups - 1) / v_groups;
+    U32s vc = U32s(pc.v_cache);
+    U32x4s kc = U32x4s(pc.k_cache);
+
+    float m = -1.0 / 0.0;
+    float l = 0.0;
+    vec2 acc = vec2(0.0);
+    barrier();
+    for (uint j0 = j_begin; j0 < j_end; j0 += TILE) {
+        uint j = j0 + jj;
+        bool valid = j < j_end;
+        float dot = 0.0;
+        if (valid) {
+            uint cell = kv_cell(tables, table_offset, j, pc.block_size);
+            if (k_half == 0) {
+                cells[jj] = cell;
+            }
+            uint kb = (cell * pc.row_stride + kvh * hd) / 8;
+            for (uint v0 = vec_begin; v0 < vec_end; v0 += 8) {
+                uvec4 raw[8];
+                [[unroll]] for (uint u = 0; u < 8; u++) {
+                    raw[u] = v0 + u < vec_end ? kc.v[kb + v0 + u] : uvec4(0);
+                }
+                [[unroll]] for (uint u = 0; u < 8; u++) {
+                    if (v0 + u < vec_end) {
+                        uint qi = 8 * (v0 + u);
+                        vec2 k01 = unpackHalf2x16(raw[u].x);
+                        vec2 k23 = unpackHalf2x16(raw[u].y);
+                        vec2 k45 = unpackHalf2x16(raw[u].z);
+                        vec2 k67 = unpackHalf2x16(raw[u].w);
+                        dot += qs[qi] * k01.x + qs[qi + 1] * k01.y + qs[qi + 2] * k23.x + qs[qi + 3] * k23.y;
+                        dot += qs[qi + 4] * k45.x + qs[qi + 5] * k45.y + qs[qi + 6] * k67.x + qs[qi + 7] * k67.y;
+                    }
+                }
+            }
+        }
+        half_dot[tid] = dot;
+        barrier();
+        float s = (tid < TILE && valid) ? (half_dot[tid] + half_dot[tid + TILE]) * pc.scale : -1.0 / 0.0;
+        // The tile's maximum: subgroup maxima, then across subgroups.
+        float sm = subgroupMax(s);
+        if (subgroupElect()) {
+            red[gl_SubgroupID] = sm;
+        }
+        barrier();
+        float mx = m;
+        for (uint k = 0; k < gl_NumSubgroups; k++) {
+            mx = max(mx, red[k]);
+        }
+        float factor = exp(m - mx);
+        m = mx;
+        float pj = (tid < TILE && valid) ? exp(s - mx) : 0.0;
+        barrier();
+        float ps = subgroupAdd(pj);
+        if (subgroupElect()) {
+            red[gl_SubgroupID] = ps;
+        }
+        if (tid < TILE) {
+            p[tid] = pj;
+        }
+        barrier();
+        float sum = 0.0;
+        for (uint k = 0; k < gl_NumSubgroups; k++) {
+            sum += red[k];
+        }
+        l = l * factor + sum;
+        acc *= factor;
+        if (vg < v_groups) {
+            uint n_tile = min(TILE, j_end - j0);
+            uint i_begin = vg * slice;
+            uint i_end = min(n_tile, i_begin + slice);
+            uint vbase = kvh * hd / 2 + dp;
+            // Sixteen V loads in flight, then the sums in position order.
+            for (uint i0 = i_begin; i0 < i_end; i0 += 16) {
+                uint raw[16];
+                [[unroll]] for (uint u = 0; u < 16; u++) {
+                    raw[u] = i0 + u < i_end ? vc.v[cells[i0 + u] * (pc.row_stride / 2) + vbase] : 0u;
+                }
+                [[unroll]] for (uint u = 0; u < 16; u++) {
+                    if (i0 + u < i_end) {
+                        acc += p[i0 + u] * unpackHalf2x16(raw[u]);
+                    }
+                }
+            }
+        }
+        barrier();
+    }
+    if (vg < v_groups) {
+        v_sums[vg * hd + 2 * dp] = acc.x;
+        v_sums[vg * hd + 2 * dp + 1] = acc.y;
+    }
+    barrier();
+    // Partial record of (token, head, split): [max, sum, hd weighted values], the slices summed
+    // in order.
+    F32s out_ = F32s(pc.partial);
+    uint base = ((t * pc.n_heads + h) * n_splits + split) * (hd + 2);
+    if (tid == 0) {
+        out_.v[base] = m;
+        out_.v[base + 1] = l;
+    }
+    for (uint d = tid; d < hd; d += WG) {
+        float o = 0.0;
+        for (uint g = 0; g < v_groups; g++) {
+            o += v_sums[g * hd + d];
+        }
+        out_.v[base + 2 + d] = o;
+    }
+}
