@@ -562,17 +562,69 @@ pub(crate) unsafe fn dot_f16_f32_rows_multi(rows: &[f16], stride: usize, n_rows:
     while g0 < groups {
         let ng = (groups - g0).min(8);
         let (q, o) = (qs.as_ptr().add(g0 * hd), out.as_mut_ptr().add(g0 * out_stride));
-        match ng {
-            1 => dot_multi::<1>(rows, stride, n_rows, q, hd, o, out_stride),
-            2 => dot_multi::<2>(rows, stride, n_rows, q, hd, o, out_stride),
-            3 => dot_multi::<3>(rows, stride, n_rows, q, hd, o, out_stride),
-            4 => dot_multi::<4>(rows, stride, n_rows, q, hd, o, out_stride),
-            5 => dot_multi::<5>(rows, stride, n_rows, q, hd, o, out_stride),
-            6 => dot_multi::<6>(rows, stride, n_rows, q, hd, o, out_stride),
-            7 => dot_multi::<7>(rows, stride, n_rows, q, hd, o, out_stride),
-            _ => dot_multi::<8>(rows, stride, n_rows, q, hd, o, out_stride),
+        // Common head sizes with few enough queries keep the queries in registers.
+        match (hd, ng) {
+            (64, 1) => dot_multi_regs::<1, 4>(rows, stride, n_rows, q, o, out_stride),
+            (64, 2) => dot_multi_regs::<2, 4>(rows, stride, n_rows, q, o, out_stride),
+            (64, 3) => dot_multi_regs::<3, 4>(rows, stride, n_rows, q, o, out_stride),
+            (64, 4) => dot_multi_regs::<4, 4>(rows, stride, n_rows, q, o, out_stride),
+            (128, 1) => dot_multi_regs::<1, 8>(rows, stride, n_rows, q, o, out_stride),
+            (128, 2) => dot_multi_regs::<2, 8>(rows, stride, n_rows, q, o, out_stride),
+            _ => dot_multi_any(rows, stride, n_rows, q, hd, ng, o, out_stride),
         }
         g0 += ng;
+    }
+}
+
+/// [`dot_multi`] for `ng` (1..=8) queries.
+/// # Safety
+/// As [`dot_multi`].
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn dot_multi_any(rows: &[f16], stride: usize, n_rows: usize, q: *const f32, hd: usize, ng: usize, o: *mut f32, out_stride: usize) {
+    match ng {
+        1 => dot_multi::<1>(rows, stride, n_rows, q, hd, o, out_stride),
+        2 => dot_multi::<2>(rows, stride, n_rows, q, hd, o, out_stride),
+        3 => dot_multi::<3>(rows, stride, n_rows, q, hd, o, out_stride),
+        4 => dot_multi::<4>(rows, stride, n_rows, q, hd, o, out_stride),
+        5 => dot_multi::<5>(rows, stride, n_rows, q, hd, o, out_stride),
+        6 => dot_multi::<6>(rows, stride, n_rows, q, hd, o, out_stride),
+        7 => dot_multi::<7>(rows, stride, n_rows, q, hd, o, out_stride),
+        _ => dot_multi::<8>(rows, stride, n_rows, q, hd, o, out_stride),
+    }
+}
+
+/// [`dot_multi`] for heads of `16 * NV` elements (`NV` even), the `G` queries held in registers
+/// across rows (they were reloaded for every row): the same multiply-adds in the same order, so the
+/// same results bit for bit.
+/// # Safety
+/// As [`dot_multi`], with `hd == 16 * NV`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,fma,f16c")]
+unsafe fn dot_multi_regs<const G: usize, const NV: usize>(rows: &[f16], stride: usize, n_rows: usize, qs: *const f32, out: *mut f32, out_stride: usize) {
+    let rp = rows.as_ptr() as *const i16;
+    let mut q = [[_mm512_setzero_ps(); NV]; G];
+    for g in 0..G {
+        for v in 0..NV {
+            q[g][v] = _mm512_loadu_ps(qs.add(g * 16 * NV + 16 * v));
+        }
+    }
+    for j in 0..n_rows {
+        let ap = rp.add(j * stride);
+        let mut s0 = [_mm512_setzero_ps(); G];
+        let mut s1 = [_mm512_setzero_ps(); G];
+        for v in (0..NV).step_by(2) {
+            let a0 = _mm512_cvtph_ps(_mm256_loadu_si256(ap.add(16 * v) as *const __m256i));
+            let a1 = _mm512_cvtph_ps(_mm256_loadu_si256(ap.add(16 * v + 16) as *const __m256i));
+            for g in 0..G {
+                s0[g] = _mm512_fmadd_ps(a0, q[g][v], s0[g]);
+                s1[g] = _mm512_fmadd_ps(a1, q[g][v + 1], s1[g]);
+            }
+        }
+        for g in 0..G {
+            *out.add(g * out_stride + j) = _mm512_reduce_add_ps(_mm512_add_ps(s0[g], s1[g]));
+        }
     }
 }
 

@@ -342,7 +342,7 @@ fn multi_query_dots_and_axpys_equal_the_single_calls() {
     let mut kernels = simd_levels();
     kernels.push(scalar());
     for (hd, stride, n) in [(64usize, 192usize, 16usize), (128, 128, 5), (40, 72, 1), (17, 17, 3), (200, 256, 9)] {
-        for groups in [1usize, 3, 7, 9] {
+        for groups in [1usize, 2, 3, 4, 7, 9, 10] {
             let rows: Vec<f16> = rand_vec(&mut rng, (n - 1) * stride + hd, 1.0).into_iter().map(f16::from_f32).collect();
             let qs = rand_vec(&mut rng, groups * hd, 1.0);
             let out_stride = n + 3;
