@@ -765,18 +765,7 @@ impl VulkanPlan {
                     if let Some(r) = fused_product_rounding(ctx, weights, ops.get(op_index + 1), *out, n, "STRATA_VULKAN_FUSE_COMBINE") {
                         // The merge and the quantization for the product that follows.
                         let cols = hp.n_heads * hp.head_dim;
-                        let (record_bytes, meta_offset) = int_act_record(cols);
-                        let push = Push::new()
-                            .addr(partial.address)
-                            .addr(p_header)
-                            .addr(addr_of(*out))
-                            .addr(rounded[r as usize].address)
-                            .u32(cols as u32)
-                            .u32(out_width as u32)
-                            .u32(n as u32)
-                            .u32(record_bytes as u32)
-                            .u32(meta_offset as u32)
-                            .u32(hp.head_dim as u32);
+                        let push = quantizing_push(&[partial.address, p_header, addr_of(*out)], rounded[r as usize].address, cols, out_width, n).u32(hp.head_dim as u32);
                         rec.dispatch(Kernel::AttentionCombineInt(r), &push, [(n * cols.div_ceil(256)) as u32, 1, 1])?;
                         prequantized = true;
                     } else {
@@ -784,28 +773,18 @@ impl VulkanPlan {
                         rec.dispatch(Kernel::AttentionCombine, &push, [hp.n_heads as u32, n as u32, 1])?;
                     }
                 }
-                Op::SwiGlu { gate, up, out } if fused_product_rounding(ctx, weights, ops.get(op_index + 1), *out, n, "STRATA_VULKAN_FUSE_SWIGLU").is_some() => {
-                    // SwiGLU and the quantization for the product that follows in one dispatch.
-                    let r = fused_product_rounding(ctx, weights, ops.get(op_index + 1), *out, n, "STRATA_VULKAN_FUSE_SWIGLU").unwrap_or(ActRounding::Q8_0);
-                    let cols = graph.buffer(*out).width;
-                    let (record_bytes, meta_offset) = int_act_record(cols);
-                    let push = Push::new()
-                        .addr(addr_of(*gate))
-                        .addr(addr_of(*up))
-                        .addr(addr_of(*out))
-                        .addr(rounded[r as usize].address)
-                        .u32(cols as u32)
-                        .u32(cols as u32)
-                        .u32(n as u32)
-                        .u32(record_bytes as u32)
-                        .u32(meta_offset as u32);
-                    rec.dispatch(Kernel::SwiGluInt(r), &push, [(n * cols.div_ceil(256)) as u32, 1, 1])?;
-                    prequantized = true;
-                }
                 Op::SwiGlu { gate, up, out } => {
-                    let count = (n * graph.buffer(*out).width) as u32;
-                    let push = Push::new().addr(addr_of(*gate)).addr(addr_of(*up)).addr(addr_of(*out)).u32(count);
-                    rec.dispatch(Kernel::SwiGlu, &push, [count.div_ceil(256), 1, 1])?;
+                    let cols = graph.buffer(*out).width;
+                    if let Some(r) = fused_product_rounding(ctx, weights, ops.get(op_index + 1), *out, n, "STRATA_VULKAN_FUSE_SWIGLU") {
+                        // SwiGLU and the quantization for the product that follows in one dispatch.
+                        let push = quantizing_push(&[addr_of(*gate), addr_of(*up), addr_of(*out)], rounded[r as usize].address, cols, cols, n);
+                        rec.dispatch(Kernel::SwiGluInt(r), &push, [(n * cols.div_ceil(256)) as u32, 1, 1])?;
+                        prequantized = true;
+                    } else {
+                        let count = (n * cols) as u32;
+                        let push = Push::new().addr(addr_of(*gate)).addr(addr_of(*up)).addr(addr_of(*out)).u32(count);
+                        rec.dispatch(Kernel::SwiGlu, &push, [count.div_ceil(256), 1, 1])?;
+                    }
                 }
                 Op::Add { acc, other } => {
                     let count = (rows_of(graph, *acc) * graph.buffer(*acc).width) as u32;
@@ -854,6 +833,14 @@ fn fusable_rounding(ctx: &VulkanContext, weights: &[Option<GpuWeight>], outputs:
     let found = one_int_rounding(weights, outputs)?;
     let block = if found == ActRounding::Q8_K { 256 } else { 32 };
     width.is_multiple_of(block).then_some(found)
+}
+
+/// Push constants of a quantize_act.comp build that computes its input (SWIGLU, COMBINE) and
+/// writes the 8-bit records of `n` rows of `cols` activations (row stride `stride`) for the
+/// product that follows: the input addresses, the records' address, then the sizes.
+fn quantizing_push(inputs: &[u64], records: u64, cols: usize, stride: usize, n: usize) -> Push {
+    let (record_bytes, meta_offset) = int_act_record(cols);
+    inputs.iter().fold(Push::new(), |p, &a| p.addr(a)).addr(records).u32(cols as u32).u32(stride as u32).u32(n as u32).u32(record_bytes as u32).u32(meta_offset as u32)
 }
 
 /// The activation rounding all of `outputs` share when every one has an integer kernel.
