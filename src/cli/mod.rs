@@ -144,7 +144,7 @@ pub fn resolve_devices(config: &Config) -> Result<(DeviceKind, DeviceKind)> {
         Some(d) => d,
         None => {
             let gpus = strata_gpu::vulkan::list_devices().unwrap_or_default();
-            gpus.iter().find(|d| d.usable && d.device_type != "cpu").map_or(DeviceKind::Cpu, |d| DeviceKind::Vulkan(d.index))
+            gpus.iter().find(|d| d.usable && !d.is_cpu()).map_or(DeviceKind::Cpu, |d| DeviceKind::Vulkan(d.index))
         }
     };
     let prefill = concrete(config.devices.prefill)?.unwrap_or(decode);

@@ -214,13 +214,13 @@ impl Engine {
                 let host = Arc::new(HostKvMemory::allocate_for(&layout)?);
                 let cpu = Self::cpu_plan(&model, &opts, host.clone())?;
                 let ctx = VulkanContext::new(i)?;
-                gpu_decode = ctx.info().device_type != "cpu";
+                gpu_decode = !ctx.info().is_cpu();
                 let vk = VulkanPlan::compile(&ctx, model.graph.clone(), &model.file, KvSource::ImportHost(host), vk_opts())?;
                 (Box::new(cpu), Some(Box::new(vk)))
             }
             (DeviceKind::Vulkan(a), DeviceKind::Vulkan(b)) if a == b => {
                 let ctx = VulkanContext::new(a)?;
-                gpu_decode = ctx.info().device_type != "cpu";
+                gpu_decode = !ctx.info().is_cpu();
                 let kv = if opts.kv_in_host_memory { KvSource::ImportHost(Arc::new(HostKvMemory::allocate_for(&layout)?)) } else { KvSource::Allocate(layout.clone()) };
                 (Box::new(VulkanPlan::compile(&ctx, model.graph.clone(), &model.file, kv, vk_opts())?), None)
             }

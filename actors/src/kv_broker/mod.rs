@@ -85,19 +85,27 @@ impl KvBroker {
     }
 }
 
-/// The next command: polled for up to `poll`, then waited for.
-fn next_command(rx: &Receiver<Command>, poll: Duration) -> Option<Command> {
-    if !poll.is_zero() {
-        let start = Instant::now();
-        while start.elapsed() < poll {
-            match rx.try_recv() {
-                Ok(cmd) => return Some(cmd),
-                Err(crossbeam_channel::TryRecvError::Disconnected) => return None,
-                Err(crossbeam_channel::TryRecvError::Empty) => std::hint::spin_loop(),
-            }
+/// Calls `try_once` until it gives an answer or `poll` has passed (then `None`: the caller
+/// sleeps on its channel instead).
+fn poll_for<T>(poll: Duration, mut try_once: impl FnMut() -> Option<T>) -> Option<T> {
+    let start = Instant::now();
+    while start.elapsed() < poll {
+        if let Some(answer) = try_once() {
+            return Some(answer);
         }
+        std::hint::spin_loop();
     }
-    rx.recv().ok()
+    None
+}
+
+/// The next command (`None`: every handle is gone): polled for up to `poll`, then waited for.
+fn next_command(rx: &Receiver<Command>, poll: Duration) -> Option<Command> {
+    let polled = poll_for(poll, || match rx.try_recv() {
+        Ok(cmd) => Some(Some(cmd)),
+        Err(crossbeam_channel::TryRecvError::Disconnected) => Some(None),
+        Err(crossbeam_channel::TryRecvError::Empty) => None,
+    });
+    polled.unwrap_or_else(|| rx.recv().ok())
 }
 
 fn serve(mut arena: KvArena, rx: Receiver<Command>, poll: Duration) {
@@ -140,17 +148,12 @@ impl KvBrokerHandle {
     fn call<T>(&self, make: impl FnOnce(Reply<T>) -> Command) -> Result<T, BrokerError> {
         let (tx, mut rx) = oneshot::channel();
         self.tx.send(make(tx)).map_err(|_| BrokerError::Gone)?;
-        if !self.poll.is_zero() {
-            let start = Instant::now();
-            while start.elapsed() < self.poll {
-                match rx.try_recv() {
-                    Ok(v) => return Ok(v),
-                    Err(oneshot::error::TryRecvError::Closed) => return Err(BrokerError::Gone),
-                    Err(oneshot::error::TryRecvError::Empty) => std::hint::spin_loop(),
-                }
-            }
-        }
-        rx.blocking_recv().map_err(|_| BrokerError::Gone)
+        let polled = poll_for(self.poll, || match rx.try_recv() {
+            Ok(v) => Some(Ok(v)),
+            Err(oneshot::error::TryRecvError::Closed) => Some(Err(BrokerError::Gone)),
+            Err(oneshot::error::TryRecvError::Empty) => None,
+        });
+        polled.unwrap_or_else(|| rx.blocking_recv().map_err(|_| BrokerError::Gone))
     }
 
     /// Starts `seq`, sharing the longest cached prefix of `prompt` (whole blocks, never all of it).

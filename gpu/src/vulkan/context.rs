@@ -49,6 +49,11 @@ pub struct DeviceInfo {
 }
 
 impl DeviceInfo {
+    /// Whether the device is a CPU (lavapipe): its "GPU" work runs on the host's cores.
+    pub fn is_cpu(&self) -> bool {
+        self.device_type == "cpu"
+    }
+
     /// Whether the device has the named optional extension.
     pub fn has(&self, ext: &CStr) -> bool {
         let name = ext.to_string_lossy();

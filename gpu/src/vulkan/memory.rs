@@ -416,7 +416,7 @@ impl Timeline {
         let info = vk::SemaphoreCreateInfo::default().push_next(&mut kind);
         // SAFETY: valid device (timelineSemaphore enabled) and create info.
         let semaphore = unsafe { ctx.device.create_semaphore(&info, None) }.map_err(|e| vk_error(&ctx.name(), "vkCreateSemaphore", e))?;
-        let spin = ctx.info.device_type != "cpu" && std::env::var("STRATA_VULKAN_WAIT").as_deref() != Ok("block");
+        let spin = !ctx.info.is_cpu() && std::env::var("STRATA_VULKAN_WAIT").as_deref() != Ok("block");
         Ok(Timeline { ctx: ctx.clone(), semaphore, value: 0, spin })
     }
 

@@ -594,10 +594,7 @@ impl VulkanPlan {
                     let out_width = graph.buffer(*out).width as u32;
                     // Quantize for the product that follows, in the same dispatch, when it reads
                     // this output as 8-bit records.
-                    let fused = match ops.get(op_index + 1) {
-                        Some(Op::MatMul { input: next, outputs }) if next == out && ctx.integer_dot_product && rows <= INT_MAX_TOKENS => fusable_rounding(ctx, weights, outputs, width as usize),
-                        _ => None,
-                    };
+                    let fused = fused_product_rounding(ctx, weights, ops.get(op_index + 1), *out, rows, None).filter(|&r| rms_norm_can_quantize(ctx, width as usize, r));
                     match fused {
                         Some(r) => {
                             let (record_bytes, meta_offset) = int_act_record(width as usize);
@@ -762,7 +759,7 @@ impl VulkanPlan {
                     }
                     rec.barrier();
                     let out_width = graph.buffer(*out).width;
-                    if let Some(r) = fused_product_rounding(ctx, weights, ops.get(op_index + 1), *out, n, "STRATA_VULKAN_FUSE_COMBINE") {
+                    if let Some(r) = fused_product_rounding(ctx, weights, ops.get(op_index + 1), *out, n, Some("STRATA_VULKAN_FUSE_COMBINE")) {
                         // The merge and the quantization for the product that follows.
                         let cols = hp.n_heads * hp.head_dim;
                         let push = quantizing_push(&[partial.address, p_header, addr_of(*out)], rounded[r as usize].address, cols, out_width, n).u32(hp.head_dim as u32);
@@ -775,7 +772,7 @@ impl VulkanPlan {
                 }
                 Op::SwiGlu { gate, up, out } => {
                     let cols = graph.buffer(*out).width;
-                    if let Some(r) = fused_product_rounding(ctx, weights, ops.get(op_index + 1), *out, n, "STRATA_VULKAN_FUSE_SWIGLU") {
+                    if let Some(r) = fused_product_rounding(ctx, weights, ops.get(op_index + 1), *out, n, Some("STRATA_VULKAN_FUSE_SWIGLU")) {
                         // SwiGLU and the quantization for the product that follows in one dispatch.
                         let push = quantizing_push(&[addr_of(*gate), addr_of(*up), addr_of(*out)], rounded[r as usize].address, cols, cols, n);
                         rec.dispatch(Kernel::SwiGluInt(r), &push, [(n * cols.div_ceil(256)) as u32, 1, 1])?;
@@ -824,15 +821,11 @@ fn readback_kind() -> MemoryKind {
 const RMS_NORM_INT_MAX_ROW: usize = 6144;
 const RMS_NORM_INT_SHARED_BYTES: u32 = (512 + RMS_NORM_INT_MAX_ROW as u32 / 4 * 3 + RMS_NORM_INT_MAX_ROW as u32 / 32 * 2) * 4;
 
-/// The one activation rounding of `outputs` when an RMSNorm of `width`-element rows can quantize
-/// for them (integer kernels, a row its shared memory holds), else `None`.
-fn fusable_rounding(ctx: &VulkanContext, weights: &[Option<GpuWeight>], outputs: &[strata_model::graph::Projection], width: usize) -> Option<ActRounding> {
-    if width > RMS_NORM_INT_MAX_ROW || ctx.info.max_shared_memory_bytes < RMS_NORM_INT_SHARED_BYTES || ctx.info.max_workgroup_invocations < 512 {
-        return None;
-    }
-    let found = one_int_rounding(weights, outputs)?;
-    let block = if found == ActRounding::Q8_K { 256 } else { 32 };
-    width.is_multiple_of(block).then_some(found)
+/// Whether the quantizing RMSNorm (shaders/rms_norm_q.comp) takes rows of `width` elements
+/// rounded as `r`: a row its registers and shared memory hold, whole blocks, a 512-wide workgroup.
+fn rms_norm_can_quantize(ctx: &VulkanContext, width: usize, r: ActRounding) -> bool {
+    let block = if r == ActRounding::Q8_K { 256 } else { 32 };
+    width <= RMS_NORM_INT_MAX_ROW && width.is_multiple_of(block) && ctx.info.max_shared_memory_bytes >= RMS_NORM_INT_SHARED_BYTES && ctx.info.max_workgroup_invocations >= 512
 }
 
 /// Push constants of a quantize_act.comp build that computes its input (SWIGLU, COMBINE) and
@@ -857,12 +850,14 @@ fn one_int_rounding(weights: &[Option<GpuWeight>], outputs: &[strata_model::grap
     found
 }
 
-/// The activation rounding with which an op writing `out` (SwiGLU, attention's merge) also
-/// quantizes for `next`, the product reading `out`: integer kernels, a decode-sized step, every
-/// projection of one rounding, and the fusion not turned off by `switch`=0 (for comparison).
-fn fused_product_rounding(ctx: &VulkanContext, weights: &[Option<GpuWeight>], next: Option<&Op>, out: BufId, n: usize, switch: &str) -> Option<ActRounding> {
+/// The activation rounding with which an op writing `out` (RMSNorm, SwiGLU, attention's merge)
+/// also quantizes for `next`, the product reading `out`: integer kernels, a decode-sized step,
+/// every projection of one rounding, and the fusion not turned off by its `switch`=0 (for
+/// comparison), if it has one.
+fn fused_product_rounding(ctx: &VulkanContext, weights: &[Option<GpuWeight>], next: Option<&Op>, out: BufId, n: usize, switch: Option<&str>) -> Option<ActRounding> {
+    let switched_off = switch.is_some_and(|name| std::env::var(name).as_deref() == Ok("0"));
     match next {
-        Some(Op::MatMul { input, outputs }) if *input == out && ctx.integer_dot_product && n <= INT_MAX_TOKENS && std::env::var(switch).as_deref() != Ok("0") => one_int_rounding(weights, outputs),
+        Some(Op::MatMul { input, outputs }) if *input == out && ctx.integer_dot_product && n <= INT_MAX_TOKENS && !switched_off => one_int_rounding(weights, outputs),
         _ => None,
     }
 }

@@ -37,47 +37,14 @@ layout(push_constant) uniform Push {
 } pc;
 
 #ifdef COMBINE
-// Element e of token t's attention output: the splits' partial results of its head merged in
-// split order (attention_combine.comp's arithmetic).
+#include "attention_merge.glsl"
+
+// Element e of token t's attention output: its head's split results merged.
 float combined(uint t, uint e) {
     uint hd = pc.head_dim;
-    uint h = e / hd;
-    uint d = e % hd;
     uint n_splits = U32s(pc.header).v[0];
-    F32s part = F32s(pc.x);
-    uint base = (t * (pc.cols / hd) + h) * n_splits * (hd + 2);
-    float mx = -1.0 / 0.0;
-    for (uint s0 = 0; s0 < n_splits; s0 += 16) {
-        float ms[16];
-        [[unroll]] for (uint u = 0; u < 16; u++) {
-            ms[u] = s0 + u < n_splits ? part.v[base + (s0 + u) * (hd + 2)] : -1.0 / 0.0;
-        }
-        [[unroll]] for (uint u = 0; u < 16; u++) {
-            mx = max(mx, ms[u]);
-        }
-    }
-    float l = 0.0;
-    float o = 0.0;
-    for (uint s0 = 0; s0 < n_splits; s0 += 16) {
-        float ms[16];
-        float ls[16];
-        float vs[16];
-        [[unroll]] for (uint u = 0; u < 16; u++) {
-            bool in_range = s0 + u < n_splits;
-            uint rec = base + (s0 + u) * (hd + 2);
-            ms[u] = in_range ? part.v[rec] : -1.0 / 0.0;
-            ls[u] = in_range ? part.v[rec + 1] : 0.0;
-            vs[u] = in_range ? part.v[rec + 2 + d] : 0.0;
-        }
-        [[unroll]] for (uint u = 0; u < 16; u++) {
-            if (s0 + u < n_splits && ms[u] != -1.0 / 0.0) {
-                float f = exp(ms[u] - mx);
-                l += f * ls[u];
-                o += f * vs[u];
-            }
-        }
-    }
-    return o / l;
+    uint base = (t * (pc.cols / hd) + e / hd) * n_splits * (hd + 2);
+    return merge_splits(F32s(pc.x), base, n_splits, hd, e % hd);
 }
 #endif
 
