@@ -38,11 +38,11 @@ fn teacher_forced_logits_match_llama_cpp() {
     let (mut kl_sum, mut n, mut agree) = (0.0f64, 0usize, 0usize);
     let mut lp = Vec::new();
     for p in golden["prompts"].as_array().unwrap() {
-        let mut seq = common::ids(&p["ids"]);
-        seq.extend(common::ids(&p["greedy"]));
+        // As the fixture was made: the prompt in one step, then one greedy token per step.
+        let (prompt, greedy) = (common::ids(&p["ids"]), common::ids(&p["greedy"]));
         let positions = p["positions"].as_array().unwrap();
-        seq.truncate(positions.len() + 1);
-        let logits = engine.teacher_forced_logits(&seq[..positions.len()]).expect("forward pass");
+        assert_eq!(positions.len(), prompt.len() + greedy.len() - 1);
+        let logits = engine.teacher_forced_logits_decoding(&prompt, &greedy).expect("forward pass");
         let (mut p_kl, mut p_agree) = (0.0, 0);
         for (i, pos) in positions.iter().enumerate() {
             let ref_ids = common::ids(&pos["ids"]);
@@ -65,12 +65,13 @@ fn teacher_forced_logits_match_llama_cpp() {
     let top1 = agree as f64 / n as f64;
     eprintln!("overall: {n} positions, mean KL {mean_kl:.5} nats, top-1 agreement {:.2}%", top1 * 100.0);
     assert!(mean_kl <= 0.01, "mean KL {mean_kl} nats exceeds 0.01");
-    // Measured: 96.4% (KL 0.0024). The model's own noise floor is about that close: our scalar and
-    // SIMD kernels (the same arithmetic summed in another order) agree at only 97.8-98.0% of these
-    // positions with the same KL (see simd_levels_agree_with_the_scalar_kernels), because 8-bit
-    // activation quantization turns last-bit differences into whole quantization steps. The
-    // disagreements are near-ties of the reference (margins 0.005-0.34 nats).
-    assert!(top1 >= 0.96, "top-1 agreement {top1} below 96%");
+    assert!(top1 >= 0.98, "top-1 agreement {top1} below 98%");
+    // The CPU device computes llama.cpp's CPU arithmetic bit for bit on this model (its x86
+    // quantizer, dot-product lanes, RMSNorm, RoPE, softmax, expf and both attention summation
+    // orders): measured 100% top-1 and a KL that is only the fixture's 5-decimal rounding. A KL
+    // above this bound means some op no longer matches ggml's; the first session's
+    // near-but-not-exact kernels scored 96.4% top-1 and 0.0024 nats.
+    assert!(mean_kl < 1e-4, "mean KL {mean_kl} nats: no longer bit-exact with llama.cpp");
 }
 
 #[test]
@@ -92,7 +93,8 @@ fn greedy_continuations_match_llama_cpp() {
             matched.push(name.to_string());
         }
     }
-    assert!(matched.len() >= 4, "only {matched:?} matched llama.cpp's first 32 greedy tokens; at least 4 prompts must");
+    // The bar is 4 prompts; since the CPU device computes llama.cpp's bits, all 9 match.
+    assert_eq!(matched.len(), golden["prompts"].as_array().unwrap().len(), "only {matched:?} matched llama.cpp's first 32 greedy tokens");
 }
 
 #[test]
@@ -117,10 +119,11 @@ fn results_do_not_depend_on_thread_count_or_batching() {
     assert_eq!(run(1), run(2));
 }
 
-/// How far apart two of our own kernel sets land (same math, other summation order): the noise
-/// floor that any agreement figure against another engine sits on.
+/// Every SIMD level computes the scalar level's logits bit for bit on the default model (the
+/// 32-block products, the quantizer and the float ops all follow one arithmetic), so results do
+/// not depend on the machine's instruction set.
 #[test]
-fn simd_levels_agree_with_the_scalar_kernels() {
+fn simd_levels_compute_the_scalar_levels_bits() {
     use strata_quant::SimdLevel;
     let golden = common::golden();
     let model = Arc::new(LoadedModel::load(&common::default_model()).expect("the default model loads"));
@@ -128,29 +131,14 @@ fn simd_levels_agree_with_the_scalar_kernels() {
         let opts = EngineOptions { threads: 2, max_context: 512, n_cells: 1024, block_size: 16, ubatch: 64, max_outputs: 64, simd: Some(level), ..Default::default() };
         let mut e = Engine::new_cpu(model.clone(), opts).expect("engine");
         golden["prompts"].as_array().unwrap().iter().map(|p| {
-            let mut seq = common::ids(&p["ids"]);
-            seq.extend(common::ids(&p["greedy"]));
-            seq.truncate(p["positions"].as_array().unwrap().len());
-            e.teacher_forced_logits(&seq).expect("forward")
+            e.teacher_forced_logits_decoding(&common::ids(&p["ids"]), &common::ids(&p["greedy"])).expect("forward")
         }).collect::<Vec<_>>()
     };
-    let vocab = model.hparams.vocab_size;
-    let reference = logits(SimdLevel::Scalar);
+    let bits = |v: &[Vec<f32>]| v.iter().flatten().map(|x| x.to_bits()).collect::<Vec<_>>();
+    let reference = bits(&logits(SimdLevel::Scalar));
     for level in [SimdLevel::Avx2, SimdLevel::Avx512Vnni].into_iter().filter(|l| l.is_available()) {
-        let other = logits(level);
-        let (mut agree, mut n, mut max_diff, mut kl) = (0, 0, 0f32, 0f64);
-        let (mut la, mut lb) = (Vec::new(), Vec::new());
-        for (a, b) in reference.iter().zip(&other) {
-            for (ra, rb) in a.chunks(vocab).zip(b.chunks(vocab)) {
-                n += 1;
-                log_softmax(ra, &mut la);
-                log_softmax(rb, &mut lb);
-                kl += la.iter().zip(&lb).map(|(&x, &y)| (x as f64).exp() * (x - y) as f64).sum::<f64>();
-                agree += usize::from(strata_model::sampling::argmax(ra) == strata_model::sampling::argmax(rb));
-                max_diff = ra.iter().zip(rb).fold(max_diff, |m, (x, y)| m.max((x - y).abs()));
-            }
-        }
-        eprintln!("{level:?} vs scalar: top-1 {agree}/{n}, mean KL {:.5} nats, largest logit difference {max_diff:.4}", kl / n as f64);
-        assert!(agree as f64 >= 0.97 * n as f64, "{level:?} disagrees with the scalar kernels at {} of {n} positions", n - agree);
+        let other = bits(&logits(level));
+        let differing = reference.iter().zip(&other).filter(|(a, b)| a != b).count();
+        assert_eq!(differing, 0, "{level:?}: {differing} of {} logits differ from the scalar level's", reference.len());
     }
 }

@@ -99,9 +99,11 @@ fn vulkan_matches_the_cpu_device_teacher_forced() {
 /// The same KL bar through the decode kernels: one token per step, so every product runs on the
 /// one-token kernel (integer dot products on 8-bit activations where the device has them) and
 /// attention on one query (a workgroup per query head). The bars: measured on lavapipe
-/// KL 0.0036/0.0031/0.0040/0.0050, top-1 62/63/63/62. These texts' near-ties flip with any change
-/// of summation order (the previous attention kernel gave 63/63/63/59; the CPU's own kernel levels
-/// give 60-63 against each other, NOTES.md), so a kernel change may need this bar revisited.
+/// KL 0.0039/0.0023/0.0054/0.0041, top-1 62/64/63/63 against the CPU device computing
+/// llama.cpp's arithmetic (the shaders use its expf, SiLU, RoPE fusing and 8-bit rounding; their
+/// sums run in other orders). These texts' near-ties flip with any change of summation order
+/// (with the shaders' own expf it was 60/64 on prose), so a kernel change may need this bar
+/// revisited.
 #[test]
 fn vulkan_decode_kernels_match_the_cpu_device_teacher_forced() {
     let Some(i) = vulkan_index() else { return };
@@ -138,7 +140,10 @@ fn cpu_prefill_then_vulkan_decode_over_one_host_arena() {
     let got = run(&mut split);
     let same = want.iter().zip(&got).take_while(|(a, b)| a == b).count();
     eprintln!("cpu: {want:?}\nsplit: {got:?}");
-    assert!(same >= 8, "the first {same} of 12 greedy tokens agree");
+    // Garbage read from the arena would change the first decode step's token (the second one).
+    // Measured: 5 agree, then a near-tie between the devices (the CPU computes llama.cpp's bits,
+    // Vulkan its own summation orders).
+    assert!(same >= 4, "the first {same} of 12 greedy tokens agree");
 }
 
 /// The noise floor of the bars above: the CPU device's own scalar kernels against its SIMD ones

@@ -109,7 +109,7 @@ impl OpBackend for CpuOps {
 
     fn swiglu(&mut self, gate: &[f32], up: &[f32]) -> Result<Vec<f32>, DeviceError> {
         let mut out = vec![0f32; gate.len()];
-        crate::cpu::ops::swiglu(gate, up, &mut out);
+        crate::cpu::ops::swiglu(&self.kernels, gate, up, &mut out);
         Ok(out)
     }
 
@@ -125,11 +125,11 @@ impl OpBackend for CpuOps {
         for t in 0..n {
             let table = a.block_tables[a.seq_of_token[t] as usize];
             let len = a.positions[t] as usize + 1;
+            let mut scratch = crate::cpu::ops::AttnScratch::default();
             for h in 0..a.n_heads {
-                let mut scores = vec![0f32; len];
-                let mut qr = vec![0f32; a.head_dim];
                 let q = &a.q[t * qw + h * a.head_dim..t * qw + (h + 1) * a.head_dim];
-                crate::cpu::ops::attend_one(&self.kernels, kv, a.layer, table, a.block_size, (h / group) * a.head_dim, q, a.scale, &mut scores, &mut qr, &mut out[t * qw + h * a.head_dim..t * qw + (h + 1) * a.head_dim]);
+                let o = &mut out[t * qw + h * a.head_dim..t * qw + (h + 1) * a.head_dim];
+                crate::cpu::ops::attend_one(&self.kernels, kv, a.layer, table, a.block_size, (h / group) * a.head_dim, len, q, a.scale, strata_quant::AttnOrder::Decode, &mut scratch, o);
             }
         }
         Ok(out)

@@ -57,6 +57,7 @@ pub(crate) unsafe fn matmul(
                         astride: 4 * k,
                         ad: std::ptr::null(),
                         av: std::ptr::null(),
+                    corr: std::ptr::null(),
                         bs: std::ptr::null(),
                         out: out.as_mut_ptr().add(t0 * nrows + r0),
                         ostride: nrows,
@@ -71,7 +72,7 @@ pub(crate) unsafe fn matmul(
             );
         }
         GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 => {
-            let pack = ActPack::new(ty, acts, k, n_tokens, 0.0);
+            let pack = ActPack::new(ty, acts, k, n_tokens, 0);
             // One kernel for every token count: each (row, token) result is then computed by the
             // same instructions in the same order whatever else is in the step (batch invariance).
             let nb = k / 32;
@@ -88,7 +89,8 @@ pub(crate) unsafe fn matmul(
                         aq: pack.qs.as_ptr().add(t0 * k),
                         astride: k,
                         ad: pack.d.as_ptr().add(t0 * side),
-                        av: pack.v.as_ptr().add(t0 * side),
+                        av: if pack.v.is_empty() { std::ptr::null() } else { pack.v.as_ptr().add(t0 * side) },
+                        corr: if pack.corr.is_empty() { std::ptr::null() } else { pack.corr.as_ptr().add(t0 * nb * 8) },
                         bs: std::ptr::null(),
                         out: out.as_mut_ptr().add(t0 * nrows + r0),
                         ostride: nrows,
@@ -103,7 +105,7 @@ pub(crate) unsafe fn matmul(
             );
         }
         _ => {
-            let pack = ActPack::new(ty, acts, k, n_tokens, 0.0);
+            let pack = ActPack::new(ty, acts, k, n_tokens, 0);
             let nsb = k / QK_K;
             let side = pack.stride;
             drive(
@@ -119,6 +121,7 @@ pub(crate) unsafe fn matmul(
                         astride: k,
                         ad: pack.d.as_ptr().add(t0 * side),
                         av: std::ptr::null(),
+                    corr: std::ptr::null(),
                         bs: pack.bsums.as_ptr().add(t0 * nsb * 16),
                         out: out.as_mut_ptr().add(t0 * nrows + r0),
                         ostride: nrows,
@@ -145,20 +148,22 @@ unsafe fn h2f(p: *const u8) -> f32 {
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128((p as *const u16).read_unaligned() as i32)))
 }
 
+/// ggml's `hsum_float_8`: `((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7))`; the 32-block kernels of both
+/// x86 levels end with it.
 /// # Safety
-/// The CPU must have the features in this function's `target_feature` attribute, and
-/// every pointer must be valid for the reads and writes its arguments describe.
+/// The CPU must have the features in this function's `target_feature` attribute.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn hsum(v: __m256) -> f32 {
+pub(crate) unsafe fn hsum(v: __m256) -> f32 {
     let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
     let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     let s = _mm_add_ss(s, _mm_movehdup_ps(s));
     _mm_cvtss_f32(s)
 }
 
-/// R rows x T tokens of a 32-block weight type; reads the block scales inside the loop and
-/// folds the bias in lane-wise: for decode.
+/// R rows x T tokens of a 32-block weight type in ggml's arithmetic (see the AVX-512
+/// `tile_b32_inline`: eight float lanes per (row, token), one FMA per block, `hsum_float_8`,
+/// Q4_1's `m * s` on a scalar chain); bit-identical to it and to the scalar kernel.
 /// # Safety
 /// The CPU must have the features in this function's `target_feature` attribute, and
 /// every pointer must be valid for the reads and writes its arguments describe.
@@ -173,13 +178,12 @@ unsafe fn tile_b32_inline<const W: u8, const R: usize, const T: usize>(p: &Tile)
         _ => (34, 2),
     };
     let mut acc = [[_mm256_setzero_ps(); T]; R];
-    // Q4_1's min terms accumulate on their own chain.
-    let mut accm = [[_mm256_setzero_ps(); T]; R];
+    let mut summs = [[0f32; T]; R];
     for b in 0..p.nb {
         let mut wv = [_mm256_setzero_si256(); R];
         let mut wsign = [_mm256_setzero_si256(); R];
         let mut dwv = [_mm256_setzero_ps(); R];
-        let mut mv = [_mm256_setzero_ps(); R];
+        let mut mw = [0f32; R];
         for r in 0..R {
             let blk = p.w.add(r * p.rb + b * bb);
             _mm_prefetch::<_MM_HINT_T0>(blk.wrapping_add(PF_DIST) as *const i8);
@@ -193,30 +197,30 @@ unsafe fn tile_b32_inline<const W: u8, const R: usize, const T: usize>(p: &Tile)
             }
             dwv[r] = _mm256_set1_ps(h2f(blk));
             if W == Q41 {
-                mv[r] = _mm256_set1_ps(h2f(blk.add(2)));
+                mw[r] = h2f(blk.add(2));
             }
         }
         for t in 0..T {
             let a = _mm256_loadu_si256(p.aq.add(t * p.astride + 32 * b) as *const __m256i);
             let da = _mm256_set1_ps(*p.ad.add(t * p.side + b));
-            let sv = _mm256_set1_ps(*p.av.add(t * p.side + b) * 0.125);
+            // Q4_0: the unsigned nibbles' lane sums less 8 times the activations' (exact).
+            let corr = if W == Q40 { _mm256_loadu_si256(p.corr.add((t * p.nb + b) * 8) as *const __m256i) } else { _mm256_setzero_si256() };
             for r in 0..R {
                 let a2 = if W == Q80 { _mm256_sign_epi8(a, wsign[r]) } else { a };
-                let dot = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(wv[r], a2), ones));
-                acc[r][t] = match W {
-                    Q80 => _mm256_fmadd_ps(dot, _mm256_mul_ps(dwv[r], da), acc[r][t]),
-                    Q41 => {
-                        accm[r][t] = _mm256_fmadd_ps(mv[r], sv, accm[r][t]);
-                        _mm256_fmadd_ps(dot, _mm256_mul_ps(dwv[r], da), acc[r][t])
-                    }
-                    _ => _mm256_fmadd_ps(dwv[r], _mm256_fmadd_ps(dot, da, sv), acc[r][t]),
-                };
+                let lanes = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(wv[r], a2), ones), corr);
+                acc[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(dwv[r], da), _mm256_cvtepi32_ps(lanes), acc[r][t]);
+            }
+            if W == Q41 {
+                let s = *p.av.add(t * p.side + b);
+                for r in 0..R {
+                    summs[r][t] += mw[r] * s;
+                }
             }
         }
     }
     for r in 0..R {
         for t in 0..T {
-            *p.out.add(t * p.ostride + r) = hsum(_mm256_add_ps(acc[r][t], accm[r][t]));
+            *p.out.add(t * p.ostride + r) = hsum(acc[r][t]) + summs[r][t];
         }
     }
 }
@@ -468,10 +472,11 @@ pub(crate) unsafe fn quantize_act(ty: GgmlType, src: &[f32], dst: &mut [u8]) {
                 }
                 let amax = hmax(m);
                 let d = amax / 127.0;
-                let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+                let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
                 y[0..2].copy_from_slice(&f16::from_f32(d).to_le_bytes());
                 let idv = _mm256_set1_ps(id);
-                let q = v.map(|vi| roundf_epi32(_mm256_mul_ps(vi, idv)));
+                // Round half to even (the default MXCSR mode), as ggml's x86 quantizer does.
+                let q = v.map(|vi| _mm256_cvtps_epi32(_mm256_mul_ps(vi, idv)));
                 let q16a = _mm256_packs_epi32(q[0], q[1]);
                 let q16b = _mm256_packs_epi32(q[2], q[3]);
                 let q8 = _mm256_packs_epi16(q16a, q16b);
@@ -545,20 +550,6 @@ unsafe fn hsum_i32(v: __m256i) -> i32 {
     let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
     let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
     _mm_cvtsi128_si32(s)
-}
-
-/// `roundf` (half away from zero) of each lane, as i32.
-/// # Safety
-/// The CPU must have the features in this function's `target_feature` attribute, and
-/// every pointer must be valid for the reads and writes its arguments describe.
-#[inline]
-#[target_feature(enable = "avx2")]
-unsafe fn roundf_epi32(v: __m256) -> __m256i {
-    let t = _mm256_round_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(v);
-    let frac = _mm256_andnot_ps(_mm256_set1_ps(-0.0), _mm256_sub_ps(v, t));
-    let up = _mm256_cmp_ps::<_CMP_GE_OQ>(frac, _mm256_set1_ps(0.5));
-    let one = _mm256_or_ps(_mm256_set1_ps(1.0), _mm256_and_ps(v, _mm256_set1_ps(-0.0)));
-    _mm256_cvtps_epi32(_mm256_add_ps(t, _mm256_and_ps(up, one)))
 }
 
 /// [`dot_f16_f32`] of `b` with each of `out.len()` rows of `rows`, row `j` starting at

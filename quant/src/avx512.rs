@@ -6,6 +6,7 @@
 // Micro-tiles index their register arrays by (row, token); iterators would obscure them.
 #![allow(clippy::needless_range_loop)]
 
+use crate::avx2::hsum as hsum_float_8;
 use crate::pack::{drive, side_stride, ActPack, Tile};
 use crate::reference::{get_scale_min_k4, QK_K};
 use crate::GgmlType;
@@ -59,6 +60,7 @@ pub(crate) unsafe fn matmul(
                     astride: 4 * k,
                     ad: std::ptr::null(),
                     av: std::ptr::null(),
+                    corr: std::ptr::null(),
                     bs: std::ptr::null(),
                     out: out.as_mut_ptr().add(t0 * nrows + r0),
                     ostride: nrows,
@@ -71,7 +73,7 @@ pub(crate) unsafe fn matmul(
             }, |_, _| {});
         }
         GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 => {
-            let pack = ActPack::new(ty, acts, k, n_tokens, 128.0);
+            let pack = ActPack::new(ty, acts, k, n_tokens, 128);
             // One kernel for every token count: each (row, token) result is then computed by the
             // same instructions in the same order whatever else is in the step, so a sequence's
             // output does not depend on its batch (batch invariance). Measured cost: Q4_1 prefill
@@ -90,7 +92,8 @@ pub(crate) unsafe fn matmul(
                         aq: pack.qs.as_ptr().add(t0 * k),
                         astride: k,
                         ad: pack.d.as_ptr().add(t0 * side),
-                        av: pack.v.as_ptr().add(t0 * side),
+                        av: if pack.v.is_empty() { std::ptr::null() } else { pack.v.as_ptr().add(t0 * side) },
+                        corr: if pack.corr.is_empty() { std::ptr::null() } else { pack.corr.as_ptr().add(t0 * nb * 8) },
                         bs: std::ptr::null(),
                         out: out.as_mut_ptr().add(t0 * nrows + r0),
                         ostride: nrows,
@@ -105,7 +108,7 @@ pub(crate) unsafe fn matmul(
             );
         }
         _ => {
-            let pack = ActPack::new(ty, acts, k, n_tokens, 0.0);
+            let pack = ActPack::new(ty, acts, k, n_tokens, 0);
             let nsb = k / QK_K;
             let side = pack.stride;
             drive(nrows, n_tokens, |r0, nr, t0, nt| {
@@ -118,6 +121,7 @@ pub(crate) unsafe fn matmul(
                     astride: k,
                     ad: pack.d.as_ptr().add(t0 * side),
                     av: std::ptr::null(),
+                    corr: std::ptr::null(),
                     bs: pack.bsums.as_ptr().add(t0 * nsb * 16),
                     out: out.as_mut_ptr().add(t0 * nrows + r0),
                     ostride: nrows,
@@ -142,96 +146,98 @@ unsafe fn h2f(p: *const u8) -> f32 {
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128((p as *const u16).read_unaligned() as i32)))
 }
 
+/// Block `b` of two weight rows as 64 unsigned bytes in ggml's element order: `lo` in the low
+/// 32 bytes, `hi` in the high 32 (nibble types: the 16 low nibbles, then the 16 high ones).
 /// # Safety
 /// The CPU must have the features in this function's `target_feature` attribute, and
 /// every pointer must be valid for the reads and writes its arguments describe.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx2")]
-unsafe fn load_w32<const W: u8>(row: *const u8, b: usize, two: bool) -> __m512i {
+unsafe fn load_w32_rows<const W: u8>(lo: *const u8, hi: *const u8, b: usize) -> __m512i {
     if W == Q80 {
         let x80 = _mm256_set1_epi8(-128);
-        let lo = _mm256_xor_si256(_mm256_loadu_si256(row.add(b * 34 + 2) as *const __m256i), x80);
-        if two {
-            let hi = _mm256_xor_si256(_mm256_loadu_si256(row.add(b * 34 + 36) as *const __m256i), x80);
-            _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
-        } else {
-            _mm512_zextsi256_si512(lo)
-        }
+        let l = _mm256_xor_si256(_mm256_loadu_si256(lo.add(b * 34 + 2) as *const __m256i), x80);
+        let h = _mm256_xor_si256(_mm256_loadu_si256(hi.add(b * 34 + 2) as *const __m256i), x80);
+        _mm512_inserti64x4::<1>(_mm512_castsi256_si512(l), h)
     } else {
         let (bb, qo) = if W == Q41 { (20, 4) } else { (18, 2) };
-        let lo = _mm256_broadcastsi128_si256(_mm_loadu_si128(row.add(b * bb + qo) as *const __m128i));
-        let v = if two {
-            let hi = _mm256_broadcastsi128_si256(_mm_loadu_si128(row.add(b * bb + bb + qo) as *const __m128i));
-            _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
-        } else {
-            _mm512_zextsi256_si512(lo)
-        };
+        let l = _mm256_broadcastsi128_si256(_mm_loadu_si128(lo.add(b * bb + qo) as *const __m128i));
+        let h = _mm256_broadcastsi128_si256(_mm_loadu_si128(hi.add(b * bb + qo) as *const __m128i));
+        let v = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(l), h);
         _mm512_and_si512(_mm512_srlv_epi64(v, _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0)), _mm512_set1_epi8(0x0f))
     }
 }
 
-/// R rows x T tokens of a 32-block weight type against its repacked 8-bit activations. It decodes
-/// the block scales inside the loop and folds the bias in lane-wise; every (row, token) sees the
-/// same instruction sequence whatever R and T are.
+/// R rows x T tokens of a 32-block weight type against its repacked 8-bit activations, in
+/// ggml's arithmetic (`ggml_vec_dot_q4_0_q8_0` and friends on x86): per (row, token) eight
+/// float lanes, each adding `d_w * d_a * (integer sum of its 4 products)` block after block with
+/// one FMA, summed by `hsum_float_8`; Q4_1 adds its `m * s` terms on a scalar chain. A 512-bit
+/// register holds two rows' lanes. Every (row, token) sees the same instruction sequence
+/// whatever R and T are (batch invariance).
 /// # Safety
 /// The CPU must have the features in this function's `target_feature` attribute, and
 /// every pointer must be valid for the reads and writes its arguments describe.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn tile_b32_inline<const W: u8, const R: usize, const T: usize>(p: &Tile) {
-    let idx01 = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-    let idx02 = _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0);
-    let idx13 = _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1);
-    let eighth = _mm512_set1_ps(0.125);
     let bb = match W {
         Q40 => 18,
         Q41 => 20,
         _ => 34,
     };
+    // Row pairs; an odd last row is paired with itself and its high half dropped.
+    let np = R.div_ceil(2);
     let mut acc = [[_mm512_setzero_ps(); T]; R];
+    let mut summs = [[0f32; T]; R];
     let nb = p.nb;
-    let mut b = 0;
-    while b < nb {
-        let two = b + 1 < nb;
+    for b in 0..nb {
         let mut wv = [_mm512_setzero_si512(); R];
         let mut dwv = [_mm512_setzero_ps(); R];
-        let mut mv = [_mm512_setzero_ps(); R];
-        for r in 0..R {
-            let row = p.w.add(r * p.rb);
+        let mut mw = [0f32; R];
+        for pr in 0..np {
+            let lo = p.w.add(2 * pr * p.rb);
+            let hi = p.w.add((2 * pr + 1).min(R - 1) * p.rb);
             // Stream ahead: decode is DRAM-bound and the hardware prefetcher alone leaves
             // too few misses in flight.
-            _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(b * bb + PF_DIST) as *const i8);
-            wv[r] = load_w32::<W>(row, b, two);
-            let h0 = (row.add(b * bb) as *const i32).read_unaligned();
-            let h1 = if two { (row.add(b * bb + bb) as *const i32).read_unaligned() } else { 0 };
-            let f = _mm512_castps128_ps512(_mm_cvtph_ps(_mm_insert_epi32::<1>(_mm_cvtsi32_si128(h0), h1)));
-            if W == Q41 {
-                dwv[r] = _mm512_permutexvar_ps(idx02, f);
-                mv[r] = _mm512_permutexvar_ps(idx13, f);
-            } else {
-                // Only the d halves matter (the odd halves are quant bytes).
-                dwv[r] = _mm512_permutexvar_ps(idx02, f);
+            _mm_prefetch::<_MM_HINT_T0>(lo.wrapping_add(b * bb + PF_DIST) as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(hi.wrapping_add(b * bb + PF_DIST) as *const i8);
+            wv[pr] = load_w32_rows::<W>(lo, hi, b);
+            let dl = _mm256_set1_ps(h2f(lo.add(b * bb)));
+            let dh = _mm256_set1_ps(h2f(hi.add(b * bb)));
+            dwv[pr] = _mm512_insertf32x8::<1>(_mm512_castps256_ps512(dl), dh);
+        }
+        if W == Q41 {
+            for r in 0..R {
+                mw[r] = h2f(p.w.add(r * p.rb + b * bb + 2));
             }
         }
         for t in 0..T {
-            let a = _mm512_loadu_si512(p.aq.add(t * p.astride + 32 * b) as *const _);
-            let da = _mm512_permutexvar_ps(idx01, _mm512_loadu_ps(p.ad.add(t * p.side + b)));
-            // v / 8 in each of the 8 lanes of its block.
-            let sv = _mm512_mul_ps(_mm512_permutexvar_ps(idx01, _mm512_loadu_ps(p.av.add(t * p.side + b))), eighth);
-            for r in 0..R {
-                let dot = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[r], a));
-                if W == Q41 {
-                    acc[r][t] = _mm512_fmadd_ps(dot, _mm512_mul_ps(dwv[r], da), acc[r][t]);
-                    acc[r][t] = _mm512_fmadd_ps(mv[r], sv, acc[r][t]);
-                } else {
-                    acc[r][t] = _mm512_fmadd_ps(dwv[r], _mm512_fmadd_ps(dot, da, sv), acc[r][t]);
+            let a = _mm512_broadcast_i64x4(_mm256_loadu_si256(p.aq.add(t * p.astride + 32 * b) as *const __m256i));
+            let init = if W == Q41 || p.corr.is_null() {
+                _mm512_setzero_si512()
+            } else {
+                _mm512_broadcast_i64x4(_mm256_loadu_si256(p.corr.add((t * nb + b) * 8) as *const __m256i))
+            };
+            let da = _mm512_set1_ps(*p.ad.add(t * p.side + b));
+            for pr in 0..np {
+                let dot = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(init, wv[pr], a));
+                acc[pr][t] = _mm512_fmadd_ps(_mm512_mul_ps(dwv[pr], da), dot, acc[pr][t]);
+            }
+            if W == Q41 {
+                let s = *p.av.add(t * p.side + b);
+                for r in 0..R {
+                    // ggml's `summs += m * s` (f16 x f16 is exact in f32: fused or not alike).
+                    summs[r][t] += mw[r] * s;
                 }
             }
         }
-        b += 2;
     }
-    for r in 0..R {
+    for pr in 0..np {
         for t in 0..T {
-            *p.out.add(t * p.ostride + r) = _mm512_reduce_add_ps(acc[r][t]);
+            let r = 2 * pr;
+            *p.out.add(t * p.ostride + r) = hsum_float_8(_mm512_castps512_ps256(acc[pr][t])) + summs[r][t];
+            if r + 1 < R {
+                *p.out.add(t * p.ostride + r + 1) = hsum_float_8(_mm512_extractf32x8_ps::<1>(acc[pr][t])) + summs[r + 1][t];
+            }
         }
     }
 }
@@ -726,5 +732,169 @@ unsafe fn axpy_multi<const G: usize>(out: *mut f32, hd: usize, alphas: *const f3
             }
         }
         c += 16 * V;
+    }
+}
+
+/// ggml's `ggml_v_expf` (AVX-512 build), lane for lane [`crate::ggml_float::v_expf`].
+/// # Safety
+/// The CPU must have the features in this function's `target_feature` attribute.
+#[inline]
+#[target_feature(enable = "avx512f,avx512dq")]
+unsafe fn v_expf(x: __m512) -> __m512 {
+    let [shift, log2e, ln2_hi, ln2_lo, p5, p4, p3, p2, p1] = crate::ggml_float::EXP_CONSTS.map(|c| _mm512_set1_ps(c));
+    let z = _mm512_fmadd_ps(x, log2e, shift);
+    let n = _mm512_sub_ps(z, shift);
+    let b = _mm512_fnmadd_ps(n, ln2_lo, _mm512_fnmadd_ps(n, ln2_hi, x));
+    let big = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(_mm512_abs_ps(n), _mm512_set1_ps(192.0));
+    let u = _mm512_mul_ps(b, b);
+    let j = _mm512_fmadd_ps(
+        _mm512_fmadd_ps(_mm512_fmadd_ps(p5, b, p4), u, _mm512_fmadd_ps(p3, b, p2)),
+        u,
+        _mm512_fmadd_ps(p1, b, _mm512_set1_ps(1.0)),
+    );
+    let res = _mm512_scalef_ps(j, n);
+    if big == 0 {
+        return res;
+    }
+    let alt = _mm512_mask_blend_ps(_mm512_cmp_ps_mask::<_CMP_LE_OQ>(n, _mm512_setzero_ps()), _mm512_set1_ps(f32::INFINITY), _mm512_setzero_ps());
+    _mm512_mask_blend_ps(big, res, alt)
+}
+
+/// GCC's `_mm512_reduce_add_ps` lane tree (see [`crate::ggml_float::reduce16`]).
+/// # Safety
+/// The CPU must have the features in this function's `target_feature` attribute.
+#[inline]
+#[target_feature(enable = "avx512f,avx512dq")]
+unsafe fn reduce16(x: __m512) -> f32 {
+    let r8 = _mm256_add_ps(_mm512_castps512_ps256(x), _mm512_extractf32x8_ps::<1>(x));
+    let r4 = _mm_add_ps(_mm256_castps256_ps128(r8), _mm256_extractf128_ps::<1>(r8));
+    let r2 = _mm_add_ps(r4, _mm_movehl_ps(r4, r4));
+    _mm_cvtss_f32(_mm_add_ss(r2, _mm_movehdup_ps(r2)))
+}
+
+/// [`crate::ggml_float`]'s SwiGLU: `v_silu(gate) * up` in 16-lane chunks, the tail as ggml's
+/// scalar `ggml_silu_f32` (libm `expf`).
+/// # Safety
+/// The CPU must have the features in this function's `target_feature` attribute; the slices
+/// have equal lengths.
+#[target_feature(enable = "avx512f,avx512dq")]
+pub(crate) unsafe fn swiglu(gate: &[f32], up: &[f32], out: &mut [f32]) {
+    let n = out.len();
+    let mut i = 0;
+    while i + 16 <= n {
+        let x = _mm512_loadu_ps(gate.as_ptr().add(i));
+        let e = v_expf(_mm512_sub_ps(_mm512_setzero_ps(), x));
+        let silu = _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0), e));
+        _mm512_storeu_ps(out.as_mut_ptr().add(i), _mm512_mul_ps(silu, _mm512_loadu_ps(up.as_ptr().add(i))));
+        i += 16;
+    }
+    for j in i..n {
+        out[j] = gate[j] / (1.0 + (-gate[j]).exp()) * up[j];
+    }
+}
+
+/// `out[r] = dot(rows[r * hd..], q)` in `order`, bit-identical to [`crate::ggml_float::dot`].
+/// # Safety
+/// The CPU must have the features in this function's `target_feature` attribute; `hd` is a
+/// multiple of 64 for [`AttnOrder::Decode`] and of 16 for [`AttnOrder::Prefill`];
+/// `rows.len() >= out.len() * hd`, `q.len() >= hd`.
+#[target_feature(enable = "avx512f,avx512dq,fma")]
+pub(crate) unsafe fn attn_dots(rows: &[f32], hd: usize, q: &[f32], order: crate::AttnOrder, out: &mut [f32]) {
+    let qp = q.as_ptr();
+    for (r, o) in out.iter_mut().enumerate() {
+        let kp = rows.as_ptr().add(r * hd);
+        *o = match order {
+            crate::AttnOrder::Prefill => {
+                let mut acc = _mm512_setzero_ps();
+                for c in (0..hd).step_by(16) {
+                    acc = _mm512_fmadd_ps(_mm512_loadu_ps(kp.add(c)), _mm512_loadu_ps(qp.add(c)), acc);
+                }
+                reduce16(acc)
+            }
+            crate::AttnOrder::Decode => {
+                let mut acc = [_mm512_setzero_ps(); 4];
+                for c in (0..hd).step_by(64) {
+                    for (j, a) in acc.iter_mut().enumerate() {
+                        *a = _mm512_fmadd_ps(_mm512_loadu_ps(kp.add(c + 16 * j)), _mm512_loadu_ps(qp.add(c + 16 * j)), *a);
+                    }
+                }
+                reduce16(_mm512_add_ps(_mm512_add_ps(acc[0], acc[2]), _mm512_add_ps(acc[1], acc[3])))
+            }
+        };
+    }
+}
+
+/// [`crate::ggml_float::softmax_f16`], bit for bit.
+/// # Safety
+/// The CPU must have the features in this function's `target_feature` attribute.
+#[target_feature(enable = "avx512f,avx512dq,f16c")]
+pub(crate) unsafe fn softmax_f16(scores: &mut [f32], scale: f32) {
+    let n = scores.len();
+    let p = scores.as_mut_ptr();
+    let sv = _mm512_set1_ps(scale);
+    let mut maxv = _mm512_set1_ps(f32::NEG_INFINITY);
+    let mut i = 0;
+    while i < n {
+        let m = tail_mask(n - i);
+        let x = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, p.add(i)), sv);
+        _mm512_mask_storeu_ps(p.add(i), m, x);
+        maxv = _mm512_mask_max_ps(maxv, m, maxv, x);
+        i += 16;
+    }
+    let max = _mm512_reduce_max_ps(maxv);
+    let mut sum = 0f64;
+    let mut i = 0;
+    while i < n {
+        let m = tail_mask(n - i);
+        let e = _mm512_maskz_mov_ps(m, v_expf(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, p.add(i)), _mm512_set1_ps(max))));
+        _mm512_mask_storeu_ps(p.add(i), m, e);
+        sum += reduce16(e) as f64;
+        i += 16;
+    }
+    let inv = _mm512_set1_ps((1.0 / sum) as f32);
+    let mut i = 0;
+    while i < n {
+        let m = tail_mask(n - i);
+        let y = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, p.add(i)), inv);
+        let h = _mm512_cvtph_ps(_mm512_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(y));
+        _mm512_mask_storeu_ps(p.add(i), m, h);
+        i += 16;
+    }
+}
+
+/// [`crate::ggml_float::accumulate_values`], bit for bit.
+/// # Safety
+/// The CPU must have the features in this function's `target_feature` attribute; `hd` is a
+/// multiple of 16; `acc` holds `order.value_lanes() * hd` floats, `values` `weights.len() * hd`.
+#[target_feature(enable = "avx512f,fma")]
+pub(crate) unsafe fn accumulate_values(acc: &mut [f32], hd: usize, order: crate::AttnOrder, first: usize, weights: &[f32], values: &[f32]) {
+    let lanes = order.value_lanes();
+    for (i, &w) in weights.iter().enumerate() {
+        let a = acc.as_mut_ptr().add(((first + i) % lanes) * hd);
+        let v = values.as_ptr().add(i * hd);
+        let wv = _mm512_set1_ps(w);
+        for d in (0..hd).step_by(16) {
+            _mm512_storeu_ps(a.add(d), _mm512_fmadd_ps(wv, _mm512_loadu_ps(v.add(d)), _mm512_loadu_ps(a.add(d))));
+        }
+    }
+}
+
+/// [`crate::ggml_float::finish_values`], bit for bit, 16 output elements at a time.
+/// # Safety
+/// The CPU must have the features in this function's `target_feature` attribute; `hd` is a
+/// multiple of 16; `acc` holds `order.value_lanes() * hd` floats and `out` `hd`.
+#[target_feature(enable = "avx512f")]
+pub(crate) unsafe fn finish_values(acc: &[f32], hd: usize, order: crate::AttnOrder, out: &mut [f32]) {
+    let lane = |r: usize, d: usize| _mm512_loadu_ps(acc.as_ptr().add(r * hd + d));
+    for d in (0..hd).step_by(16) {
+        let x: [__m512; 16] = match order {
+            crate::AttnOrder::Decode => std::array::from_fn(|l| {
+                _mm512_add_ps(_mm512_add_ps(lane(l, d), lane(32 + l, d)), _mm512_add_ps(lane(16 + l, d), lane(48 + l, d)))
+            }),
+            crate::AttnOrder::Prefill => std::array::from_fn(|l| lane(l, d)),
+        };
+        let r8: [__m512; 8] = std::array::from_fn(|i| _mm512_add_ps(x[i], x[i + 8]));
+        let r4: [__m512; 4] = std::array::from_fn(|i| _mm512_add_ps(r8[i], r8[i + 4]));
+        _mm512_storeu_ps(out.as_mut_ptr().add(d), _mm512_add_ps(_mm512_add_ps(r4[0], r4[2]), _mm512_add_ps(r4[1], r4[3])));
     }
 }

@@ -97,7 +97,8 @@ impl Kernels {
     /// Quantizes activation rows `src` (a whole number of blocks; normally one row of `k`)
     /// into `dst`, which must be exactly `activation_row_bytes(weight, src.len())` bytes.
     ///
-    /// The SIMD levels produce the same bytes as ggml's reference quantizer.
+    /// Every level produces the same bytes: ggml's x86 quantizers for Q8_0/Q8_1 (see
+    /// `reference::quantize_activations_q8`), its reference quantizer for Q8_K.
     pub fn quantize_activations(&self, weight: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantError> {
         if !matmul_supported(weight) {
             return Err(QuantError::Unsupported { ty: weight, op: "quantize_activations" });
@@ -118,6 +119,10 @@ impl Kernels {
                 // SAFETY: a Kernels of these levels exists only after AVX2 was detected
                 // (`with_level`); lengths were checked above.
                 unsafe { crate::avx2::quantize_act(at, src, dst) };
+                Ok(())
+            }
+            (_, GgmlType::Q8_0 | GgmlType::Q8_1) => {
+                reference::quantize_activations_q8(at, src, dst);
                 Ok(())
             }
             _ => reference::quantize(at, src, dst),
@@ -202,6 +207,79 @@ impl Kernels {
             SimdLevel::Avx2 => unsafe { crate::avx2::dot_f32(a, b) },
             _ => scalar::dot_f32(a, b),
         }
+    }
+
+    /// Whether the ggml-exact float ops below run on AVX-512 here (else portable, same bits).
+    fn exact_simd(&self) -> bool {
+        self.level == SimdLevel::Avx512Vnni
+    }
+
+    /// `out = silu(gate) * up` in ggml's arithmetic ([`crate::ggml_float`]). Panics when the
+    /// lengths differ.
+    pub fn swiglu(&self, gate: &[f32], up: &[f32], out: &mut [f32]) {
+        assert!(gate.len() == out.len() && up.len() == out.len(), "swiglu length mismatch");
+        #[cfg(target_arch = "x86_64")]
+        if self.exact_simd() {
+            // SAFETY: an Avx512Vnni Kernels exists only after AVX-512 was detected; lengths checked.
+            unsafe { crate::avx512::swiglu(gate, up, out) };
+            return;
+        }
+        let whole = out.len() - out.len() % 16;
+        for i in 0..out.len() {
+            let g = gate[i];
+            let silu = if i < whole { crate::ggml_float::v_silu(g) } else { g / (1.0 + (-g).exp()) };
+            out[i] = silu * up[i];
+        }
+    }
+
+    /// Attention scores `out[r] = q . rows[r * hd..(r + 1) * hd]` in `order`
+    /// ([`crate::ggml_float::dot`]); `q` is already rounded to f16. Panics on short slices.
+    pub fn attn_dots(&self, rows: &[f32], hd: usize, q: &[f32], order: crate::AttnOrder, out: &mut [f32]) {
+        assert!(q.len() >= hd && rows.len() >= out.len() * hd, "attn_dots: slices too short");
+        #[cfg(target_arch = "x86_64")]
+        if self.exact_simd() && hd.is_multiple_of(64) {
+            // SAFETY: AVX-512 detected (see `exact_simd`); `hd` a multiple of 64; lengths checked.
+            unsafe { crate::avx512::attn_dots(rows, hd, q, order, out) };
+            return;
+        }
+        for (r, o) in out.iter_mut().enumerate() {
+            *o = crate::ggml_float::dot(&rows[r * hd..(r + 1) * hd], &q[..hd], order);
+        }
+    }
+
+    /// [`crate::ggml_float::softmax_f16`]: scaled softmax of one row, weights rounded to f16.
+    pub fn softmax_f16(&self, scores: &mut [f32], scale: f32) {
+        #[cfg(target_arch = "x86_64")]
+        if self.exact_simd() {
+            // SAFETY: AVX-512 (and F16C, part of the AVX2 level it implies) detected.
+            unsafe { crate::avx512::softmax_f16(scores, scale) };
+            return;
+        }
+        crate::ggml_float::softmax_f16(scores, scale);
+    }
+
+    /// [`crate::ggml_float::accumulate_values`]. Panics on short slices.
+    pub fn accumulate_values(&self, acc: &mut [f32], hd: usize, order: crate::AttnOrder, first: usize, weights: &[f32], values: &[f32]) {
+        assert!(acc.len() >= order.value_lanes() * hd && values.len() >= weights.len() * hd, "accumulate_values: slices too short");
+        #[cfg(target_arch = "x86_64")]
+        if self.exact_simd() && hd.is_multiple_of(16) {
+            // SAFETY: AVX-512 detected; `hd` a multiple of 16; lengths checked.
+            unsafe { crate::avx512::accumulate_values(acc, hd, order, first, weights, values) };
+            return;
+        }
+        crate::ggml_float::accumulate_values(acc, hd, order, first, weights, values);
+    }
+
+    /// [`crate::ggml_float::finish_values`]. Panics on short slices.
+    pub fn finish_values(&self, acc: &[f32], hd: usize, order: crate::AttnOrder, out: &mut [f32]) {
+        assert!(acc.len() >= order.value_lanes() * hd && out.len() >= hd, "finish_values: slices too short");
+        #[cfg(target_arch = "x86_64")]
+        if self.exact_simd() && hd.is_multiple_of(16) {
+            // SAFETY: AVX-512 detected; `hd` a multiple of 16; lengths checked.
+            unsafe { crate::avx512::finish_values(acc, hd, order, out) };
+            return;
+        }
+        crate::ggml_float::finish_values(acc, hd, order, out);
     }
 
     /// `sum f32(a[i]) * b[i]`, for attention over an f16 KV cache. Panics when the lengths differ.

@@ -25,11 +25,13 @@ mod pack;
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+pub mod ggml_float;
 mod kernels;
 mod reference;
 mod scalar;
 pub mod types;
 
+pub use ggml_float::AttnOrder;
 pub use kernels::{activation_row_bytes, Kernels, SimdLevel};
 pub use reference::{dequantize, quantize};
 pub use types::GgmlType;

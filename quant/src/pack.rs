@@ -11,8 +11,12 @@ pub(crate) struct ActPack {
     pub qs: Vec<u8>,
     /// Per token, `stride` floats: the scale of each block (32-blocks or 256-super-blocks).
     pub d: Vec<f32>,
-    /// Per token, `stride` floats: the bias partner of each 32-block (see `WeightKind`).
+    /// Per token, `stride` floats: the Q8_1 `s` of each 32-block (Q4_1 weights only).
     pub v: Vec<f32>,
+    /// Per token and 32-block, 8 lane corrections `-offset * (sum of the lane's 4 values)`: added
+    /// to the integer lane sums of unsigned weight bytes, they give exactly the signed products
+    /// ggml sums per lane (Q4_0: offset 8; Q8_0: the kernel's `q8_0_offset`). Empty otherwise.
+    pub corr: Vec<i32>,
     /// Per token and super-block, the 16 Q8_K sums of 16 values.
     pub bsums: Vec<i16>,
     /// Floats per token in `d` and `v`: the block count rounded up to 16, plus 16 of padding.
@@ -28,16 +32,22 @@ impl ActPack {
     /// Repacks activations for weights of type `weight`.
     ///
     /// `q8_0_offset` is the constant the kernel adds to Q8_0 weights to make them unsigned
-    /// (128 on AVX-512 VNNI, 0 where a sign trick is used instead); the bias partner `v` then
-    /// carries the matching `-offset * d * sum(q)` correction. For Q4_0 weights, whose nibbles
-    /// are used unsigned, `v = -8 * d * sum(q)`; for Q4_1, `v = s` of the Q8_1 block.
-    pub(crate) fn new(weight: GgmlType, acts: &[u8], k: usize, n_tokens: usize, q8_0_offset: f32) -> ActPack {
+    /// (128 on AVX-512 VNNI, 0 where a sign trick is used instead); `corr` then carries the
+    /// matching lane corrections. Q4_0 nibbles are used unsigned (offset 8); for Q4_1, `v = s`
+    /// of the Q8_1 block.
+    pub(crate) fn new(weight: GgmlType, acts: &[u8], k: usize, n_tokens: usize, q8_0_offset: i32) -> ActPack {
         let kblock = matches!(weight, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K);
         let nb = if kblock { k / QK_K } else { k / 32 };
         let stride = side_stride(nb);
         let mut qs = vec![0u8; n_tokens * k + 64];
         let mut d = vec![0f32; n_tokens * stride];
-        let mut v = vec![0f32; if kblock { 0 } else { n_tokens * stride }];
+        let mut v = vec![0f32; if weight == GgmlType::Q4_1 { n_tokens * stride } else { 0 }];
+        let offset = match weight {
+            GgmlType::Q4_0 => 8,
+            GgmlType::Q8_0 => q8_0_offset,
+            _ => 0,
+        };
+        let mut corr = vec![0i32; if offset != 0 { n_tokens * nb * 8 } else { 0 }];
         let mut bsums = vec![0i16; if kblock { n_tokens * nb * 16 } else { 0 }];
         let (bb, qoff) = match weight {
             GgmlType::Q4_1 => (36, 4),
@@ -58,20 +68,20 @@ impl ActPack {
                         bsums[(t * nb + b) * 16 + i] = i16::from_le_bytes([blk[260 + 2 * i], blk[261 + 2 * i]]);
                     }
                 } else {
-                    let db = f16_at(blk, 0);
-                    d[t * stride + b] = db;
-                    v[t * stride + b] = match weight {
-                        GgmlType::Q4_1 => f16_at(blk, 2),
-                        _ => {
-                            let sum: i32 = dst.iter().map(|&q| q as i8 as i32).sum();
-                            let off = if weight == GgmlType::Q4_0 { 8.0 } else { q8_0_offset };
-                            -off * db * sum as f32
+                    d[t * stride + b] = f16_at(blk, 0);
+                    if weight == GgmlType::Q4_1 {
+                        v[t * stride + b] = f16_at(blk, 2);
+                    }
+                    if offset != 0 {
+                        for (lane, vals) in dst.chunks_exact(4).enumerate() {
+                            let sum: i32 = vals.iter().map(|&q| q as i8 as i32).sum();
+                            corr[(t * nb + b) * 8 + lane] = -offset * sum;
                         }
-                    };
+                    }
                 }
             }
         }
-        ActPack { qs, d, v, bsums, stride }
+        ActPack { qs, d, v, corr, bsums, stride }
     }
 }
 
@@ -121,6 +131,8 @@ pub(crate) struct Tile {
     /// First token's per-block activation scales / bias partners, `side` floats per token.
     pub ad: *const f32,
     pub av: *const f32,
+    /// First token's lane corrections (see [`ActPack::corr`]), `8 * nb` per token; null when none.
+    pub corr: *const i32,
     /// First token's Q8_K block sums, `16 * nb` per token.
     pub bs: *const i16,
     /// Output of (row 0, token 0); `ostride` floats per token.

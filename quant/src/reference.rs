@@ -239,6 +239,29 @@ pub fn quantize(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantEr
     Ok(())
 }
 
+/// Quantizes activation rows for Q4_0/Q4_1/Q8_0 products (`ty` Q8_0 or Q8_1) the way ggml's
+/// x86 `quantize_row_q8_0`/`quantize_row_q8_1` do, not its reference quantizer: the inverse
+/// scale is `127 / amax` and values round half to even. Matching it bit for bit is what keeps
+/// the CPU device next to llama.cpp (a last-bit difference here moves a whole 8-bit step).
+pub(crate) fn quantize_activations_q8(ty: GgmlType, src: &[f32], dst: &mut [u8]) {
+    let (bb, qo) = if ty == GgmlType::Q8_0 { (34, 2) } else { (36, 4) };
+    for (x, y) in src.chunks_exact(32).zip(dst.chunks_exact_mut(bb)) {
+        let amax = x.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+        let d = amax / 127.0;
+        let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+        put_f16(y, 0, d);
+        let mut sum = 0i32;
+        for j in 0..32 {
+            let q = (x[j] * id).round_ties_even() as i32;
+            y[qo + j] = q as i8 as u8;
+            sum += q;
+        }
+        if ty == GgmlType::Q8_1 {
+            put_f16(y, 2, d * sum as f32);
+        }
+    }
+}
+
 pub(crate) fn quantize_block_q8_0(x: &[f32], y: &mut [u8]) {
     let amax = x.iter().fold(0.0f32, |a, v| a.max(v.abs()));
     let d = amax / 127.0;

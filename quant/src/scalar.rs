@@ -32,43 +32,7 @@ pub(crate) fn dot_row(ty: GgmlType, w: &[u8], a: &[u8], k: usize) -> f32 {
             }
             s
         }
-        GgmlType::Q4_0 => {
-            let mut s = 0.0f32;
-            for (x, y) in w.chunks_exact(18).zip(a.chunks_exact(34)).take(k / 32) {
-                let mut sumi = 0i32;
-                for j in 0..16 {
-                    let v0 = (x[2 + j] & 0xf) as i32 - 8;
-                    let v1 = (x[2 + j] >> 4) as i32 - 8;
-                    sumi += v0 * (y[2 + j] as i8) as i32 + v1 * (y[18 + j] as i8) as i32;
-                }
-                s += sumi as f32 * f16_at(x, 0) * f16_at(y, 0);
-            }
-            s
-        }
-        GgmlType::Q4_1 => {
-            let mut s = 0.0f32;
-            for (x, y) in w.chunks_exact(20).zip(a.chunks_exact(36)).take(k / 32) {
-                let mut sumi = 0i32;
-                for j in 0..16 {
-                    let v0 = (x[4 + j] & 0xf) as i32;
-                    let v1 = (x[4 + j] >> 4) as i32;
-                    sumi += v0 * (y[4 + j] as i8) as i32 + v1 * (y[20 + j] as i8) as i32;
-                }
-                s += (f16_at(x, 0) * f16_at(y, 0)) * sumi as f32 + f16_at(x, 2) * f16_at(y, 2);
-            }
-            s
-        }
-        GgmlType::Q8_0 => {
-            let mut s = 0.0f32;
-            for (x, y) in w.chunks_exact(34).zip(a.chunks_exact(34)).take(k / 32) {
-                let mut sumi = 0i32;
-                for j in 0..32 {
-                    sumi += (x[2 + j] as i8) as i32 * (y[2 + j] as i8) as i32;
-                }
-                s += sumi as f32 * (f16_at(x, 0) * f16_at(y, 0));
-            }
-            s
-        }
+        GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 => dot_row_b32(ty, w, a, k),
         GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => {
             let bb = ty.block_bytes();
             let mut s = 0.0f32;
@@ -79,6 +43,49 @@ pub(crate) fn dot_row(ty: GgmlType, w: &[u8], a: &[u8], k: usize) -> f32 {
         }
         _ => unreachable!("dot_row on {ty}"),
     }
+}
+
+/// A 32-block weight row against its Q8_0/Q8_1 activations in ggml's x86 arithmetic: eight
+/// float lanes, lane `l` adding `d_w * d_a * (sum of products 4l..4l+3)` with one FMA per block
+/// (elements in ggml's order: a nibble block's 16 low nibbles, then its 16 high ones), summed by
+/// `hsum_float_8`, plus Q4_1's `m * s` terms on their own chain. The SIMD kernels compute
+/// exactly this.
+fn dot_row_b32(ty: GgmlType, w: &[u8], a: &[u8], k: usize) -> f32 {
+    let (wb, ab) = match ty {
+        GgmlType::Q4_0 => (18, 34),
+        GgmlType::Q4_1 => (20, 36),
+        _ => (34, 34),
+    };
+    let mut acc = [0f32; 8];
+    let mut summs = 0f32;
+    for (x, y) in w.chunks_exact(wb).zip(a.chunks_exact(ab)).take(k / 32) {
+        let aq = &y[ab - 32..];
+        let weight = |j: usize| -> i32 {
+            match ty {
+                GgmlType::Q8_0 => x[2 + j] as i8 as i32,
+                _ => {
+                    let byte = x[wb - 16 + j % 16];
+                    let q = if j < 16 { byte & 0xf } else { byte >> 4 } as i32;
+                    if ty == GgmlType::Q4_0 { q - 8 } else { q }
+                }
+            }
+        };
+        let d = f16_at(x, 0) * f16_at(y, 0);
+        for (l, lane) in acc.iter_mut().enumerate() {
+            let sumi: i32 = (4 * l..4 * l + 4).map(|j| weight(j) * (aq[j] as i8) as i32).sum();
+            *lane = d.mul_add(sumi as f32, *lane);
+        }
+        if ty == GgmlType::Q4_1 {
+            summs += f16_at(x, 2) * f16_at(y, 2);
+        }
+    }
+    hsum8(&acc) + summs
+}
+
+/// ggml's `hsum_float_8`: `((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7))`.
+fn hsum8(a: &[f32; 8]) -> f32 {
+    let r = [a[0] + a[4], a[1] + a[5], a[2] + a[6], a[3] + a[7]];
+    (r[0] + r[2]) + (r[1] + r[3])
 }
 
 /// One K-quant super-block against one Q8_K block.

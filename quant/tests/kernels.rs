@@ -83,6 +83,11 @@ fn check_simd_against_scalar(c: &Case) {
     let tol = bounds(c, 2e-5);
     for kern in simd_levels() {
         let got = run(&kern, c, 0..c.nrows);
+        // The 32-block types follow ggml's x86 arithmetic on every level: the same bits.
+        if matches!(c.ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0) {
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(&reference), "{:?} {} k={} rows={} tokens={}: not the scalar bits", kern.level(), c.ty, c.k, c.nrows, c.n_tokens);
+        }
         for i in 0..got.len() {
             assert!(
                 ((got[i] - reference[i]) as f64).abs() <= tol[i],
@@ -362,6 +367,59 @@ fn multi_query_dots_and_axpys_equal_the_single_calls() {
                     k.axpy_f16_rows(&mut one, &alphas[g * out_stride..g * out_stride + n], &rows, stride);
                     assert_eq!(bits(&acc[g * hd..(g + 1) * hd]), bits(&one), "axpys, {groups} outputs, output {g}, hd {hd} at {:?}", k.level());
                 }
+            }
+        }
+    }
+}
+
+/// The ggml-exact float ops (SwiGLU, attention dots, softmax, value sums) give the scalar
+/// level's bits on every level, over awkward lengths and both summation orders.
+#[test]
+fn ggml_float_ops_are_bit_identical_across_levels() {
+    use strata_quant::AttnOrder;
+    let mut rng = StdRng::seed_from_u64(77);
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    let s = scalar();
+    for n in [1usize, 15, 16, 17, 100, 1536] {
+        let gate = rand_vec(&mut rng, n, 12.0);
+        let up = rand_vec(&mut rng, n, 3.0);
+        let mut want = vec![0f32; n];
+        s.swiglu(&gate, &up, &mut want);
+        let mut scores = rand_vec(&mut rng, n, 40.0);
+        let mut want_sm = scores.clone();
+        s.softmax_f16(&mut want_sm, 0.125);
+        for kern in simd_levels() {
+            let mut got = vec![0f32; n];
+            kern.swiglu(&gate, &up, &mut got);
+            assert_eq!(bits(&got), bits(&want), "{:?} swiglu n={n}", kern.level());
+            let mut sm = scores.clone();
+            kern.softmax_f16(&mut sm, 0.125);
+            assert_eq!(bits(&sm), bits(&want_sm), "{:?} softmax n={n}", kern.level());
+        }
+        scores.clear();
+    }
+    for hd in [64usize, 128] {
+        for order in [AttnOrder::Decode, AttnOrder::Prefill] {
+            let rows_n = 37;
+            let rows: Vec<f32> = rand_vec(&mut rng, rows_n * hd, 1.0).iter().map(|&x| f16::from_f32(x).to_f32()).collect();
+            let q: Vec<f32> = rand_vec(&mut rng, hd, 2.0).iter().map(|&x| f16::from_f32(x).to_f32()).collect();
+            let weights: Vec<f32> = rand_vec(&mut rng, rows_n, 1.0).iter().map(|&x| f16::from_f32(x.abs()).to_f32()).collect();
+            let run = |k: &Kernels| {
+                let mut dots = vec![0f32; rows_n];
+                k.attn_dots(&rows, hd, &q, order, &mut dots);
+                let mut acc = vec![0f32; order.value_lanes() * hd];
+                // Two calls, the second starting mid-way, as blocks of the KV cache arrive.
+                k.accumulate_values(&mut acc, hd, order, 5, &weights[..20], &rows[..20 * hd]);
+                k.accumulate_values(&mut acc, hd, order, 25, &weights[20..], &rows[20 * hd..]);
+                let mut out = vec![0f32; hd];
+                k.finish_values(&acc, hd, order, &mut out);
+                (dots, out)
+            };
+            let (wd, wo) = run(&s);
+            for kern in simd_levels() {
+                let (d, o) = run(&kern);
+                assert_eq!(bits(&d), bits(&wd), "{:?} dots hd={hd} {order:?}", kern.level());
+                assert_eq!(bits(&o), bits(&wo), "{:?} values hd={hd} {order:?}", kern.level());
             }
         }
     }

@@ -365,6 +365,30 @@ impl Engine {
         result
     }
 
+    /// Teacher-forced logits the way generation computes them: `prompt` in prefill steps (all
+    /// logits), then each of `continuation` in a decode step of its own. Row `i` predicts token
+    /// `i + 1` of `prompt ++ continuation`; the last continuation token is not fed. Uses no
+    /// prefix cache, and leaves nothing cached.
+    ///
+    /// # Errors
+    /// As [`Engine::generate`].
+    pub fn teacher_forced_logits_decoding(&mut self, prompt: &[u32], continuation: &[u32]) -> Result<Vec<f32>, EngineError> {
+        let mut all = prompt.to_vec();
+        all.extend_from_slice(continuation);
+        self.check_prompt(&all)?;
+        let seq = self.new_seq();
+        self.kv.start(seq, &[], Owner::Prefill)?;
+        let result = (|| {
+            let mut logits = self.run_tokens(seq, prompt, true, false)?;
+            for tok in continuation.iter().take(continuation.len().saturating_sub(1)) {
+                logits.extend(self.run_tokens(seq, std::slice::from_ref(tok), true, true)?);
+            }
+            Ok(logits)
+        })();
+        self.kv.end(seq, false)?;
+        result
+    }
+
     /// Generates up to `max_tokens` tokens after `prompt`, calling `on_token` with each; stops at
     /// an end-of-generation token, at `max_tokens`, at the context limit, or when `on_token`
     /// says so. A finished sequence's full KV blocks stay cached for later prompts that share

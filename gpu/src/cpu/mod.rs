@@ -17,7 +17,7 @@ use parking_lot::Mutex;
 use strata_io::gguf::GgufFile;
 use strata_model::graph::{BufId, ForwardGraph, Op, Projection, Rows};
 use strata_model::weights::WeightRef;
-use strata_quant::{GgmlType, Kernels};
+use strata_quant::{AttnOrder, GgmlType, Kernels};
 
 use crate::kv_memory::HostKvMemory;
 use crate::{DeviceError, ForwardPlan, StepBatch};
@@ -64,8 +64,7 @@ unsafe impl<T> Sync for SharedMut<T> {}
 #[derive(Default)]
 struct Scratch {
     out: Vec<f32>,
-    scores: Vec<f32>,
-    q_rounded: Vec<f32>,
+    attn: ops::AttnScratch,
 }
 
 /// Where a weight's bytes are, plus its dequantized values when it is a small vector.
@@ -91,7 +90,6 @@ pub struct CpuPlan {
     /// Quantized activations, one buffer per activation type.
     acts: Vec<(GgmlType, Vec<u8>)>,
     scratch: Vec<Mutex<Scratch>>,
-    inv_freq: Vec<f32>,
     rope_cos: Vec<f32>,
     rope_sin: Vec<f32>,
     opts: CpuOptions,
@@ -164,7 +162,6 @@ impl CpuPlan {
             })
             .collect();
         let half = hp.rope_dims / 2;
-        let inv_freq = (0..half).map(|i| hp.rope_base.powf(-2.0 * i as f32 / hp.rope_dims as f32)).collect();
         let scratch = (0..threads).map(|_| Mutex::new(Scratch::default())).collect();
         Ok(CpuPlan {
             rope_cos: vec![0.0; opts.max_batch_tokens * half],
@@ -179,7 +176,6 @@ impl CpuPlan {
             bufs,
             acts,
             scratch,
-            inv_freq,
             opts,
         })
     }
@@ -348,26 +344,29 @@ impl CpuPlan {
         let heads_per_item = if n * n_kv_heads >= 2 * self.threads.max(1) { group } else { 1 };
         let items_per_token = n_heads / heads_per_item;
         let items = n * items_per_token;
+        // ggml sums a step's attention products in one order when the step has one token and
+        // in another when it has many (see AttnOrder). Per sequence here, so that a decoding
+        // sequence's results do not depend on what else is in the step: a sequence with several
+        // tokens in the step is prefilling, one with a single token is decoding.
+        let mut tokens_of_seq = vec![0u32; b.block_tables.len()];
+        for &s in b.seq_of_token {
+            tokens_of_seq[s as usize] += 1;
+        }
         let work = |ti: usize, nt: usize| {
             let mut scratch = plan.scratch[ti].lock();
             for item in (ti..items).step_by(nt) {
                 let (t, h0) = (item / items_per_token, (item % items_per_token) * heads_per_item);
                 let kvh = h0 / group;
-                let table = b.block_tables[b.seq_of_token[t] as usize];
+                let seq = b.seq_of_token[t] as usize;
+                let table = b.block_tables[seq];
+                let order = if tokens_of_seq[seq] > 1 { AttnOrder::Prefill } else { AttnOrder::Decode };
                 let len = b.positions[t] as usize + 1;
                 let cols = t * qw + h0 * hd..t * qw + (h0 + heads_per_item) * hd;
                 let qv = &qbuf[cols.clone()];
-                if scratch.scores.len() < heads_per_item * len {
-                    scratch.scores.resize(heads_per_item * len, 0.0);
-                }
-                if scratch.q_rounded.len() < heads_per_item * hd {
-                    scratch.q_rounded.resize(heads_per_item * hd, 0.0);
-                }
-                let Scratch { scores, q_rounded, .. } = &mut *scratch;
                 // SAFETY: row t's columns of this item's query heads are written by the one thread
                 // holding this item.
                 let o = unsafe { std::slice::from_raw_parts_mut(dst.ptr().add(cols.start), heads_per_item * hd) };
-                ops::attend_group(&plan.kernels, &plan.kv, layer, table, bs, kvh * hd, hd, len, qv, scale, scores, q_rounded, o);
+                ops::attend_group(&plan.kernels, &plan.kv, layer, table, bs, kvh * hd, hd, len, qv, scale, order, &mut scratch.attn, o);
             }
         };
         if items >= 2 && self.threads > 1 {
@@ -380,14 +379,11 @@ impl CpuPlan {
     }
 
     fn prepare_rope(&mut self, b: &StepBatch<'_>) {
-        let half = self.inv_freq.len();
+        let hp = &self.graph.hparams;
+        let half = hp.rope_dims / 2;
         for (t, &pos) in b.positions.iter().enumerate() {
-            for (i, f) in self.inv_freq.iter().enumerate() {
-                let theta = pos as f32 * f;
-                let (s, c) = theta.sin_cos();
-                self.rope_cos[t * half + i] = c;
-                self.rope_sin[t * half + i] = s;
-            }
+            let range = t * half..(t + 1) * half;
+            ops::rope_angles_into(hp.rope_dims, hp.rope_base, pos, &mut self.rope_cos[range.clone()], &mut self.rope_sin[range]);
         }
     }
 }
@@ -481,7 +477,7 @@ impl CpuPlan {
                 }
                 Op::Rope { buf, n_heads } => {
                     let width = self.graph.buffer(*buf).width;
-                    let half = self.inv_freq.len();
+                    let half = self.graph.hparams.rope_dims / 2;
                     let mut x = std::mem::take(&mut self.bufs[buf.0 as usize]);
                     for t in 0..n {
                         let (c, s) = (&self.rope_cos[t * half..(t + 1) * half], &self.rope_sin[t * half..(t + 1) * half]);
@@ -518,7 +514,11 @@ impl CpuPlan {
                     self.par_ranges(n, 4, |r| {
                         // SAFETY: rows r are written only by the thread that holds range r.
                         let orows = unsafe { std::slice::from_raw_parts_mut(dst.ptr().add(r.start * d), r.len() * d) };
-                        ops::swiglu(&g[r.start * d..r.end * d], &u[r.start * d..r.end * d], orows);
+                        // Row by row: ggml's SwiGLU takes its 16-wide chunks from each row's start.
+                        for (i, o) in orows.chunks_exact_mut(d).enumerate() {
+                            let row = (r.start + i) * d..(r.start + i + 1) * d;
+                            ops::swiglu(&self.kernels, &g[row.clone()], &u[row], o);
+                        }
                     });
                     self.bufs[gate.0 as usize] = g;
                     self.bufs[up.0 as usize] = u;

@@ -2,57 +2,63 @@
 
 use half::f16;
 use strata_model::RopeStyle;
-use strata_quant::Kernels;
+use strata_quant::{AttnOrder, Kernels};
 
 use crate::kv_memory::HostKvMemory;
 
-/// `out = x / sqrt(mean(x²) + eps) * w`.
+/// `out = x / sqrt(mean(x²) + eps) * w`, as ggml computes it: the squares summed in f64 in
+/// order, the mean rounded to f32, the row scaled, then multiplied by the weight.
 pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
-    let sum_sq: f32 = x.iter().map(|v| v * v).sum();
-    let scale = 1.0 / (sum_sq / x.len() as f32 + eps).sqrt();
+    let sum_sq: f64 = x.iter().map(|v| (v * v) as f64).sum();
+    let mean = (sum_sq / x.len() as f64) as f32;
+    let scale = 1.0 / (mean + eps).sqrt();
     for ((o, &v), &g) in out.iter_mut().zip(x).zip(w) {
         *o = v * scale * g;
     }
 }
 
-/// The cos and sin of each of the `rope_dims / 2` rotary angles at position `pos`, as the CPU
-/// plan computes them (the Vulkan plan uploads a table of exactly these values).
+/// The cos and sin of each of the `rope_dims / 2` rotary angles at position `pos`, as ggml's
+/// `rope_cache_init` computes them: the angle starts at `pos` and is multiplied by
+/// `base^(-2/rope_dims)` (libm `powf`) from one pair to the next, in f32. The Vulkan plan
+/// uploads a table of exactly these values.
 pub fn rope_angles(rope_dims: usize, base: f32, pos: u32) -> (Vec<f32>, Vec<f32>) {
-    (0..rope_dims / 2)
-        .map(|i| {
-            let f = base.powf(-2.0 * i as f32 / rope_dims as f32);
-            let (s, c) = (pos as f32 * f).sin_cos();
-            (c, s)
-        })
-        .unzip()
+    let half = rope_dims / 2;
+    let (mut cos, mut sin) = (vec![0.0; half], vec![0.0; half]);
+    rope_angles_into(rope_dims, base, pos, &mut cos, &mut sin);
+    (cos, sin)
 }
 
-/// Rotates one head in place; `cos`/`sin` hold `rope_dims / 2` angles for this token.
+/// [`rope_angles`] into caller-owned slices of `rope_dims / 2`.
+pub fn rope_angles_into(rope_dims: usize, base: f32, pos: u32, cos: &mut [f32], sin: &mut [f32]) {
+    let theta_scale = base.powf(-2.0 / rope_dims as f32);
+    let mut theta = pos as f32;
+    for (c, s) in cos.iter_mut().zip(sin.iter_mut()) {
+        (*c, *s) = (theta.cos(), theta.sin());
+        theta *= theta_scale;
+    }
+}
+
+/// Rotates one head in place; `cos`/`sin` hold `rope_dims / 2` angles for this token. The
+/// rotation fuses one product of each output the way ggml's x86 build does (measured against
+/// llama.cpp's tensors): `x0*c - x1*s` as `fma(x0, c, -(x1*s))`, `x0*s + x1*c` as
+/// `fma(x0, s, x1*c)`.
 pub fn rope(head: &mut [f32], cos: &[f32], sin: &[f32], style: RopeStyle) {
     let half = cos.len();
-    match style {
-        RopeStyle::Normal => {
-            for i in 0..half {
-                let (a, b) = (head[2 * i], head[2 * i + 1]);
-                head[2 * i] = a * cos[i] - b * sin[i];
-                head[2 * i + 1] = a * sin[i] + b * cos[i];
-            }
-        }
-        RopeStyle::Neox => {
-            for i in 0..half {
-                let (a, b) = (head[i], head[i + half]);
-                head[i] = a * cos[i] - b * sin[i];
-                head[i + half] = a * sin[i] + b * cos[i];
-            }
-        }
+    let (stride, offset) = match style {
+        RopeStyle::Normal => (2, 1),
+        RopeStyle::Neox => (1, half),
+    };
+    for i in 0..half {
+        let (i0, i1) = (i * stride, i * stride + offset);
+        let (a, b) = (head[i0], head[i1]);
+        head[i0] = a.mul_add(cos[i], -(b * sin[i]));
+        head[i1] = a.mul_add(sin[i], b * cos[i]);
     }
 }
 
-/// `out = silu(gate) * up`.
-pub fn swiglu(gate: &[f32], up: &[f32], out: &mut [f32]) {
-    for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
-        *o = g / (1.0 + (-g).exp()) * u;
-    }
+/// `out = silu(gate) * up`, in ggml's arithmetic (see [`Kernels::swiglu`]).
+pub fn swiglu(kernels: &Kernels, gate: &[f32], up: &[f32], out: &mut [f32]) {
+    kernels.swiglu(gate, up, out);
 }
 
 /// Converts to half precision (round to nearest even, as ggml does).
@@ -62,10 +68,25 @@ pub fn f32_to_f16(src: &[f32], dst: &mut [f16]) {
     }
 }
 
-/// Attention of the query heads that share one KV head over their sequence's cells `0..len`, each
-/// head computed exactly as alone (see [`attend_one`]): `q` and `out` hold the `q.len() / hd`
-/// heads back to back, `scores` holds one row of `len` per head. Each K and V row is converted
-/// from f16 once for the group instead of once per head.
+/// Per-thread buffers of [`attend_group`].
+#[derive(Default)]
+pub struct AttnScratch {
+    scores: Vec<f32>,
+    q_rounded: Vec<f32>,
+    rows: Vec<f32>,
+    acc: Vec<f32>,
+}
+
+/// Attention of the query heads that share one KV head over their sequence's cells `0..len`,
+/// each head computed exactly as alone (see [`attend_one`]): `q` and `out` hold the
+/// `q.len() / hd` heads back to back. Each K and V block is converted from f16 once for the
+/// group.
+///
+/// The arithmetic is llama.cpp's (non-flash) attention on the CPU, bit for bit: the query and
+/// the softmax weights are rounded to f16 before they meet the f16 cache, the softmax is ggml's,
+/// and both products follow `order` (ggml sums a one-token step's products differently from a
+/// many-token step's; see [`AttnOrder`]). Measured on the default model: top-1 agreement with
+/// llama.cpp went from 94.9% to 96.8% with the f16 rounding alone.
 #[allow(clippy::too_many_arguments)]
 pub fn attend_group(
     kernels: &Kernels,
@@ -78,64 +99,64 @@ pub fn attend_group(
     len: usize,
     q: &[f32],
     scale: f32,
-    scores: &mut [f32],
-    q_rounded: &mut [f32],
+    order: AttnOrder,
+    scratch: &mut AttnScratch,
     out: &mut [f32],
 ) {
     let heads = q.len() / hd;
+    let lanes = order.value_lanes();
+    let AttnScratch { scores, q_rounded, rows, acc } = scratch;
+    scores.resize(scores.len().max(heads * len), 0.0);
+    q_rounded.resize(q_rounded.len().max(heads * hd), 0.0);
+    rows.resize(rows.len().max(block_size * hd), 0.0);
+    acc.clear();
+    acc.resize(heads * lanes * hd, 0.0);
     for (r, &x) in q_rounded.iter_mut().zip(q) {
         *r = f16::from_f32(x).to_f32();
     }
-    let q = &q_rounded[..heads * hd];
     let scores = &mut scores[..heads * len];
-    let stride = kv.placement().row_stride_bytes as usize / 2;
-    let block_rows = |v: bool, j0: usize, n: usize| -> &[f16] {
+    let stride = kv.placement().row_stride_bytes as usize;
+    // Converts cells j0..j0+n (one KV block) of K or V to f32, `hd` per row.
+    let load = |v: bool, j0: usize, n: usize, dst: &mut [f32]| {
         let first = (block_table[j0 / block_size] as usize * block_size) as u64;
-        // SAFETY: the batch was validated: every position up to this token's lies in a block of
-        // its table, inside the arena; a block's cells are consecutive rows of `stride` elements;
-        // cells of earlier positions are no longer being written.
-        unsafe { std::slice::from_raw_parts((kv.row_ptr(layer, v, first) as *const f16).add(kv_col), (n - 1) * stride + hd) }
+        for i in 0..n {
+            // SAFETY: the batch was validated: every position up to this token's lies in a
+            // block of its table, inside the arena; a block's cells are consecutive rows of
+            // `stride` bytes; cells of earlier positions are no longer being written.
+            let row = unsafe { std::slice::from_raw_parts((kv.row_ptr(layer, v, first) as *const u8).add(i * stride) as *const f16, kv_col + hd) };
+            for (d, s) in dst[i * hd..(i + 1) * hd].iter_mut().zip(&row[kv_col..]) {
+                *d = s.to_f32();
+            }
+        }
     };
     let mut j0 = 0;
     while j0 < len {
         let n = (block_size - j0 % block_size).min(len - j0);
-        kernels.dot_f16_f32_rows_multi(block_rows(false, j0, n), stride, n, q, hd, &mut scores[j0..], len);
+        load(false, j0, n, rows);
+        for h in 0..heads {
+            kernels.attn_dots(&rows[..n * hd], hd, &q_rounded[h * hd..(h + 1) * hd], order, &mut scores[h * len + j0..h * len + j0 + n]);
+        }
         j0 += n;
     }
     for head_scores in scores.chunks_exact_mut(len) {
-        let mut max = f32::NEG_INFINITY;
-        for s in head_scores.iter_mut() {
-            *s *= scale;
-            max = max.max(*s);
-        }
-        let mut sum = 0.0f32;
-        for s in head_scores.iter_mut() {
-            *s = (*s - max).exp();
-            sum += *s;
-        }
-        let inv = 1.0 / sum;
-        for s in head_scores.iter_mut() {
-            *s = f16::from_f32(*s * inv).to_f32();
-        }
+        kernels.softmax_f16(head_scores, scale);
     }
-    let out = &mut out[..heads * hd];
-    out.fill(0.0);
     let mut j0 = 0;
     while j0 < len {
         let n = (block_size - j0 % block_size).min(len - j0);
-        kernels.axpy_f16_rows_multi(out, hd, &scores[j0..], len, n, block_rows(true, j0, n), stride);
+        load(true, j0, n, rows);
+        for h in 0..heads {
+            kernels.accumulate_values(&mut acc[h * lanes * hd..(h + 1) * lanes * hd], hd, order, j0, &scores[h * len + j0..h * len + j0 + n], &rows[..n * hd]);
+        }
         j0 += n;
+    }
+    for h in 0..heads {
+        kernels.finish_values(&acc[h * lanes * hd..(h + 1) * lanes * hd], hd, order, &mut out[h * hd..(h + 1) * hd]);
     }
 }
 
-/// Attention of one query head over its sequence's cells `0..scores.len()`: [`attend_group`]
-/// with a group of one.
-///
-/// `kv_col` is the element offset of the head's KV head inside a cell row. The query and the
-/// attention weights are rounded to f16 before they meet the f16 cache, as ggml does: it keeps the
-/// CPU reference numerically next to llama.cpp (measured on the default model: top-1 agreement
-/// with llama.cpp 94.9% without the rounding, 96.8% with it). The cells of one KV block are
-/// consecutive rows, so each block is one kernel call for the scores and one for the values.
+/// Attention of one query head over its sequence's cells `0..len`: [`attend_group`] with a
+/// group of one.
 #[allow(clippy::too_many_arguments)]
 pub fn attend_one(
     kernels: &Kernels,
@@ -144,13 +165,14 @@ pub fn attend_one(
     block_table: &[u32],
     block_size: usize,
     kv_col: usize,
+    len: usize,
     q: &[f32],
     scale: f32,
-    scores: &mut [f32],
-    q_rounded: &mut [f32],
+    order: AttnOrder,
+    scratch: &mut AttnScratch,
     out: &mut [f32],
 ) {
-    attend_group(kernels, kv, layer, block_table, block_size, kv_col, q.len(), scores.len(), q, scale, scores, q_rounded, out);
+    attend_group(kernels, kv, layer, block_table, block_size, kv_col, q.len(), len, q, scale, order, scratch, out);
 }
 
 #[cfg(test)]
@@ -159,8 +181,9 @@ mod tests {
     use rand::{Rng, SeedableRng};
     use strata_kv::{KvDtype, KvLayout, KvShape, LayoutParams};
 
-    /// The grouped attention is the per-head attention, bit for bit, on every kernel level, for
-    /// GQA groups of 1, 3 and 7 heads over scattered blocks.
+    /// The grouped attention is the per-head attention, bit for bit, and every kernel level
+    /// computes the scalar level's bits, for GQA groups of 1, 3 and 7 heads over scattered
+    /// blocks, in both summation orders.
     #[test]
     fn attend_group_equals_attend_one_per_head() {
         let mut rng = rand::rngs::StdRng::seed_from_u64(5);
@@ -181,18 +204,24 @@ mod tests {
             let table = [9u32, 2, 14, 5, 0, 11];
             let len = 83;
             let q: Vec<f32> = (0..group * hd).map(|_| rng.gen_range(-2.0f32..2.0)).collect();
-            for level in [strata_quant::SimdLevel::Scalar, strata_quant::SimdLevel::Avx2, strata_quant::SimdLevel::Avx512Vnni] {
-                let Some(k) = Kernels::with_level(level) else { continue };
-                let kvh = 1;
-                let mut out = vec![0f32; group * hd];
-                let (mut scores, mut qr) = (vec![0f32; group * len], vec![0f32; group * hd]);
-                attend_group(&k, &kv, 0, &table, 16, kvh * hd, hd, len, &q, 0.125, &mut scores, &mut qr, &mut out);
-                for g in 0..group {
-                    let mut want = vec![0f32; hd];
-                    let (mut s1, mut q1) = (vec![0f32; len], vec![0f32; hd]);
-                    attend_one(&k, &kv, 0, &table, 16, kvh * hd, &q[g * hd..(g + 1) * hd], 0.125, &mut s1, &mut q1, &mut want);
-                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                    assert_eq!(bits(&out[g * hd..(g + 1) * hd]), bits(&want), "group {group}, head {g}, {level:?}");
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            for order in [AttnOrder::Decode, AttnOrder::Prefill] {
+                let mut scalar_out: Option<Vec<f32>> = None;
+                for level in [strata_quant::SimdLevel::Scalar, strata_quant::SimdLevel::Avx2, strata_quant::SimdLevel::Avx512Vnni] {
+                    let Some(k) = Kernels::with_level(level) else { continue };
+                    let kvh = 1;
+                    let mut out = vec![0f32; group * hd];
+                    let mut scratch = AttnScratch::default();
+                    attend_group(&k, &kv, 0, &table, 16, kvh * hd, hd, len, &q, 0.125, order, &mut scratch, &mut out);
+                    for g in 0..group {
+                        let mut want = vec![0f32; hd];
+                        attend_one(&k, &kv, 0, &table, 16, kvh * hd, len, &q[g * hd..(g + 1) * hd], 0.125, order, &mut AttnScratch::default(), &mut want);
+                        assert_eq!(bits(&out[g * hd..(g + 1) * hd]), bits(&want), "group {group}, head {g}, {level:?}, {order:?}");
+                    }
+                    match &scalar_out {
+                        None => scalar_out = Some(out),
+                        Some(s) => assert_eq!(bits(s), bits(&out), "{level:?} against the scalar level, group {group}, {order:?}"),
+                    }
                 }
             }
         }

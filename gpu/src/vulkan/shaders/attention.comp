@@ -148,7 +148,7 @@ void main() {
             factor[g] = g < group ? exp(m[g] - mx) : 0.0;
             m[g] = mx;
             // Weights of this invocation's position (zero past the split's end).
-            s[g] = (j < j_end && g < group) ? exp(s[g] - mx) : 0.0;
+            s[g] = (j < j_end && g < group) ? ggml_expf(s[g] - mx) : 0.0;
         }
         barrier();
         [[unroll]] for (uint g = 0; g < MAX_GROUP; g++) {

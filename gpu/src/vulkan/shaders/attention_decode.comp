@@ -128,7 +128,7 @@ void main() {
         }
         float factor = exp(m - mx);
         m = mx;
-        float pj = (tid < TILE && valid) ? exp(s - mx) : 0.0;
+        float pj = (tid < TILE && valid) ? ggml_expf(s - mx) : 0.0;
         barrier();
         float ps = subgroupAdd(pj);
         if (subgroupElect()) {

@@ -15,6 +15,30 @@ layout(buffer_reference, std430, buffer_reference_align = 4) buffer U32s { uint 
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer U32x4s { uvec4 v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 1) buffer U8s { uint8_t v[]; };
 
+// ggml's vectorized expf (AVX-512 build), which the CPU device computes bit for bit
+// (strata-quant's ggml_float::v_expf): range reduction by ln 2, a degree-5 polynomial, 2^n.
+// `precise`: compilers may otherwise fold `(x*c + shift) - shift` into `x*c` (Mesa does), which
+// drops the rounding to an integer this relies on.
+float ggml_expf(float x) {
+    const float shift = 12582912.0;
+    precise float z = fma(x, uintBitsToFloat(0x3fb8aa3bu), shift);
+    precise float n = z - shift;
+    precise float b = fma(-n, uintBitsToFloat(0x35bfbe8eu), fma(-n, uintBitsToFloat(0x3f317200u), x));
+    if (abs(n) > 192.0) {
+        return n <= 0.0 ? 0.0 : uintBitsToFloat(0x7f800000u);
+    }
+    precise float u = b * b;
+    precise float j = fma(fma(fma(uintBitsToFloat(0x3c072010u), b, uintBitsToFloat(0x3d2b9f17u)), u,
+                      fma(uintBitsToFloat(0x3e2aaf33u), b, uintBitsToFloat(0x3efffedbu))),
+                  u, fma(uintBitsToFloat(0x3f7ffff6u), b, 1.0));
+    return ldexp(j, int(n));
+}
+
+// ggml's SiLU, x / (1 + expf(-x)), as the CPU device computes it.
+float ggml_silu(float x) {
+    return x / (1.0 + ggml_expf(0.0 - x));
+}
+
 // The KV cell of position `pos` of the sequence whose block table starts at `table_offset`.
 uint kv_cell(U32s tables, uint table_offset, uint pos, uint block_size) {
     return tables.v[table_offset + pos / block_size] * block_size + pos % block_size;

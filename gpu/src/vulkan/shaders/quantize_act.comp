@@ -1,7 +1,7 @@
 #version 450
 // Rounds activation rows the way the CPU device quantizes them before a quantized matrix product
-// (ggml's reference quantizers): Q8_0/Q8_1 (blocks of 32, scale amax/127 stored as f16, round half
-// away from zero) for Q4_0, Q4_1 and Q8_0 weights; Q8_K (blocks of 256, scale -max/127 in f32,
+// (ggml's x86 quantizers): Q8_0/Q8_1 (blocks of 32, scale amax/127 stored as f16, values times
+// 127/amax rounded half to even) for Q4_0, Q4_1 and Q8_0 weights; Q8_K (blocks of 256, scale -max/127 in f32,
 // round half to even) for the K-quants. The devices then multiply the same activations, so Vulkan
 // agrees with the CPU reference. One workgroup per 256 elements of a row, one invocation per
 // element; the block maximum is a tree reduction that keeps the first element on ties, as the
@@ -70,7 +70,7 @@ void main() {
     float v = 0.0;
     if (valid) {
         float g = F32s(pc.x).v[row * pc.stride + e];
-        v = g / (1.0 + exp(-g)) * F32s(pc.up).v[row * pc.stride + e];
+        v = ggml_silu(g) * F32s(pc.up).v[row * pc.stride + e];
         F32s(pc.swiglu_out).v[row * pc.stride + e] = v;
     }
 #elif defined(COMBINE)
@@ -108,9 +108,8 @@ void main() {
     }
 #else
     float dd = amax / 127.0;
-    float id = dd != 0.0 ? 1.0 / dd : 0.0;
-    float qf = v * id;
-    q = int(sign(qf) * floor(abs(qf) + 0.5));
+    float id = amax != 0.0 ? 127.0 / amax : 0.0;
+    q = int(roundEven(v * id));
 #ifdef INT_OUT
     d = dd;
 #else

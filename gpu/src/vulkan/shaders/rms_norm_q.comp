@@ -123,8 +123,8 @@ void main() {
             }
             float iscale = amax == 0.0 ? 0.0 : -127.0 / max_signed;
 #else
-            float dd = block_amax[b] / 127.0;
-            float id = dd != 0.0 ? 1.0 / dd : 0.0;
+            float amax = block_amax[b];
+            float id = amax != 0.0 ? 127.0 / amax : 0.0;
 #endif
             uint packed = 0;
             int isum = 0;
@@ -132,8 +132,7 @@ void main() {
 #if defined(ACT_Q8_K)
                 int q = amax == 0.0 ? 0 : int(min(roundEven(iscale * v[k][e]), 127.0));
 #else
-                float qf = v[k][e] * id;
-                int q = int(sign(qf) * floor(abs(qf) + 0.5));
+                int q = int(roundEven(v[k][e] * id));
 #endif
                 isum += q;
                 packed |= (uint(q) & 0xFFu) << (8 * e);

@@ -36,6 +36,9 @@ void main() {
     uint ib = pc.neox != 0 ? base + i + pc.half_dims : base + 2 * i + 1;
     float a = x.v[ia];
     float b = x.v[ib];
-    x.v[ia] = a * c - b * s;
-    x.v[ib] = a * s + b * c;
+    // The CPU device's (and ggml's x86) fusing of the rotation.
+    precise float ra = fma(a, c, -(b * s));
+    precise float rb = fma(a, s, b * c);
+    x.v[ia] = ra;
+    x.v[ib] = rb;
 }

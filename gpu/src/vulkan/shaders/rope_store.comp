@@ -58,8 +58,9 @@ void main() {
         uint ob = pc.neox != 0 ? i + pc.half_dims : 2 * i + 1;
         float a = x.v[base + oa];
         float b = x.v[base + ob];
-        float ra = a * c - b * s;
-        float rb = a * s + b * c;
+        // The CPU device's (and ggml's x86) fusing of the rotation.
+        precise float ra = fma(a, c, -(b * s));
+        precise float rb = fma(a, s, b * c);
         x.v[base + oa] = ra;
         x.v[base + ob] = rb;
         if (is_k) {

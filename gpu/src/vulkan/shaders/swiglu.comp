@@ -17,5 +17,5 @@ void main() {
         return;
     }
     float g = F32s(pc.gate).v[i];
-    F32s(pc.out_).v[i] = g / (1.0 + exp(-g)) * F32s(pc.up).v[i];
+    F32s(pc.out_).v[i] = ggml_silu(g) * F32s(pc.up).v[i];
 }
