@@ -793,34 +793,48 @@ pub(crate) unsafe fn swiglu(gate: &[f32], up: &[f32], out: &mut [f32]) {
     }
 }
 
-/// `out[r] = dot(rows[r * hd..], q)` in `order`, bit-identical to [`crate::ggml_float::dot`].
+/// Sixteen f16 at `p` as f32.
+/// # Safety
+/// The CPU must have the features in this function's `target_feature` attribute; `p` is
+/// valid for 32 bytes.
+#[inline]
+#[target_feature(enable = "avx512f,f16c")]
+unsafe fn load_h16(p: *const f16) -> __m512 {
+    _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i))
+}
+
+/// [`crate::Kernels::attn_dots_f16`], bit-identical to [`crate::ggml_float::dot`].
 /// # Safety
 /// The CPU must have the features in this function's `target_feature` attribute; `hd` is a
-/// multiple of 64 for [`AttnOrder::Decode`] and of 16 for [`AttnOrder::Prefill`];
-/// `rows.len() >= out.len() * hd`, `q.len() >= hd`.
-#[target_feature(enable = "avx512f,avx512dq,fma")]
-pub(crate) unsafe fn attn_dots(rows: &[f32], hd: usize, q: &[f32], order: crate::AttnOrder, out: &mut [f32]) {
-    let qp = q.as_ptr();
-    for (r, o) in out.iter_mut().enumerate() {
-        let kp = rows.as_ptr().add(r * hd);
-        *o = match order {
-            crate::AttnOrder::Prefill => {
-                let mut acc = _mm512_setzero_ps();
-                for c in (0..hd).step_by(16) {
-                    acc = _mm512_fmadd_ps(_mm512_loadu_ps(kp.add(c)), _mm512_loadu_ps(qp.add(c)), acc);
-                }
-                reduce16(acc)
-            }
-            crate::AttnOrder::Decode => {
-                let mut acc = [_mm512_setzero_ps(); 4];
-                for c in (0..hd).step_by(64) {
-                    for (j, a) in acc.iter_mut().enumerate() {
-                        *a = _mm512_fmadd_ps(_mm512_loadu_ps(kp.add(c + 16 * j)), _mm512_loadu_ps(qp.add(c + 16 * j)), *a);
+/// multiple of 64; the slices hold what `Kernels::attn_dots_f16` checks.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx512f,avx512dq,fma,f16c")]
+pub(crate) unsafe fn attn_dots_f16(rows: &[f16], stride: usize, n_rows: usize, qs: &[f32], hd: usize, order: crate::AttnOrder, out: &mut [f32], out_stride: usize) {
+    let heads = qs.len() / hd;
+    for r in 0..n_rows {
+        let kp = rows.as_ptr().add(r * stride);
+        for h in 0..heads {
+            let qp = qs.as_ptr().add(h * hd);
+            let s = match order {
+                crate::AttnOrder::Prefill => {
+                    let mut acc = _mm512_setzero_ps();
+                    for c in (0..hd).step_by(16) {
+                        acc = _mm512_fmadd_ps(load_h16(kp.add(c)), _mm512_loadu_ps(qp.add(c)), acc);
                     }
+                    reduce16(acc)
                 }
-                reduce16(_mm512_add_ps(_mm512_add_ps(acc[0], acc[2]), _mm512_add_ps(acc[1], acc[3])))
-            }
-        };
+                crate::AttnOrder::Decode => {
+                    let mut acc = [_mm512_setzero_ps(); 4];
+                    for c in (0..hd).step_by(64) {
+                        for (j, a) in acc.iter_mut().enumerate() {
+                            *a = _mm512_fmadd_ps(load_h16(kp.add(c + 16 * j)), _mm512_loadu_ps(qp.add(c + 16 * j)), *a);
+                        }
+                    }
+                    reduce16(_mm512_add_ps(_mm512_add_ps(acc[0], acc[2]), _mm512_add_ps(acc[1], acc[3])))
+                }
+            };
+            *out.get_unchecked_mut(h * out_stride + r) = s;
+        }
     }
 }
 
@@ -862,19 +876,25 @@ pub(crate) unsafe fn softmax_f16(scores: &mut [f32], scale: f32) {
     }
 }
 
-/// [`crate::ggml_float::accumulate_values`], bit for bit.
+/// [`crate::Kernels::accumulate_values_f16`], bit-identical to
+/// [`crate::ggml_float::accumulate_values`].
 /// # Safety
 /// The CPU must have the features in this function's `target_feature` attribute; `hd` is a
-/// multiple of 16; `acc` holds `order.value_lanes() * hd` floats, `values` `weights.len() * hd`.
-#[target_feature(enable = "avx512f,fma")]
-pub(crate) unsafe fn accumulate_values(acc: &mut [f32], hd: usize, order: crate::AttnOrder, first: usize, weights: &[f32], values: &[f32]) {
+/// multiple of 16; the slices hold what `Kernels::accumulate_values_f16` checks.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx512f,fma,f16c")]
+pub(crate) unsafe fn accumulate_values_f16(acc: &mut [f32], hd: usize, order: crate::AttnOrder, first: usize, weights: &[f32], w_stride: usize, n_rows: usize, rows: &[f16], stride: usize) {
     let lanes = order.value_lanes();
-    for (i, &w) in weights.iter().enumerate() {
-        let a = acc.as_mut_ptr().add(((first + i) % lanes) * hd);
-        let v = values.as_ptr().add(i * hd);
-        let wv = _mm512_set1_ps(w);
-        for d in (0..hd).step_by(16) {
-            _mm512_storeu_ps(a.add(d), _mm512_fmadd_ps(wv, _mm512_loadu_ps(v.add(d)), _mm512_loadu_ps(a.add(d))));
+    let heads = acc.len() / (lanes * hd);
+    for i in 0..n_rows {
+        let v = rows.as_ptr().add(i * stride);
+        let row = ((first + i) % lanes) * hd;
+        for h in 0..heads {
+            let a = acc.as_mut_ptr().add(h * lanes * hd + row);
+            let wv = _mm512_set1_ps(*weights.get_unchecked(h * w_stride + i));
+            for d in (0..hd).step_by(16) {
+                _mm512_storeu_ps(a.add(d), _mm512_fmadd_ps(wv, load_h16(v.add(d)), _mm512_loadu_ps(a.add(d))));
+            }
         }
     }
 }

@@ -232,18 +232,29 @@ impl Kernels {
         }
     }
 
-    /// Attention scores `out[r] = q . rows[r * hd..(r + 1) * hd]` in `order`
-    /// ([`crate::ggml_float::dot`]); `q` is already rounded to f16. Panics on short slices.
-    pub fn attn_dots(&self, rows: &[f32], hd: usize, q: &[f32], order: crate::AttnOrder, out: &mut [f32]) {
-        assert!(q.len() >= hd && rows.len() >= out.len() * hd, "attn_dots: slices too short");
+    /// Attention scores of `qs.len() / hd` query heads (back to back, already rounded to f16)
+    /// against `n_rows` f16 rows (row `r` at `rows[r * stride..]`, `hd` elements):
+    /// `out[h * out_stride + r] = q_h . row_r` in `order` ([`crate::ggml_float::dot`]). Panics
+    /// on short slices.
+    #[allow(clippy::too_many_arguments)]
+    pub fn attn_dots_f16(&self, rows: &[f16], stride: usize, n_rows: usize, qs: &[f32], hd: usize, order: crate::AttnOrder, out: &mut [f32], out_stride: usize) {
+        let heads = qs.len() / hd;
+        assert!(n_rows == 0 || rows.len() >= (n_rows - 1) * stride + hd, "attn_dots_f16: rows too short");
+        assert!(heads == 0 || (out_stride >= n_rows && out.len() >= (heads - 1) * out_stride + n_rows), "attn_dots_f16: out too short");
         #[cfg(target_arch = "x86_64")]
         if self.exact_simd() && hd.is_multiple_of(64) {
             // SAFETY: AVX-512 detected (see `exact_simd`); `hd` a multiple of 64; lengths checked.
-            unsafe { crate::avx512::attn_dots(rows, hd, q, order, out) };
+            unsafe { crate::avx512::attn_dots_f16(rows, stride, n_rows, qs, hd, order, out, out_stride) };
             return;
         }
-        for (r, o) in out.iter_mut().enumerate() {
-            *o = crate::ggml_float::dot(&rows[r * hd..(r + 1) * hd], &q[..hd], order);
+        let mut row = vec![0f32; hd];
+        for r in 0..n_rows {
+            for (d, s) in row.iter_mut().zip(&rows[r * stride..r * stride + hd]) {
+                *d = s.to_f32();
+            }
+            for h in 0..heads {
+                out[h * out_stride + r] = crate::ggml_float::dot(&row, &qs[h * hd..(h + 1) * hd], order);
+            }
         }
     }
 
@@ -258,16 +269,31 @@ impl Kernels {
         crate::ggml_float::softmax_f16(scores, scale);
     }
 
-    /// [`crate::ggml_float::accumulate_values`]. Panics on short slices.
-    pub fn accumulate_values(&self, acc: &mut [f32], hd: usize, order: crate::AttnOrder, first: usize, weights: &[f32], values: &[f32]) {
-        assert!(acc.len() >= order.value_lanes() * hd && values.len() >= weights.len() * hd, "accumulate_values: slices too short");
+    /// [`crate::ggml_float::accumulate_values`] for several heads sharing f16 value rows: head
+    /// `h` adds `weights[h * w_stride + i]` times row `i` (at `rows[i * stride..]`, position
+    /// `first + i`) to its accumulators `acc[h * lanes * hd..]`. Panics on short slices.
+    #[allow(clippy::too_many_arguments)]
+    pub fn accumulate_values_f16(&self, acc: &mut [f32], hd: usize, order: crate::AttnOrder, first: usize, weights: &[f32], w_stride: usize, n_rows: usize, rows: &[f16], stride: usize) {
+        let per_head = order.value_lanes() * hd;
+        let heads = acc.len() / per_head;
+        assert!(n_rows == 0 || rows.len() >= (n_rows - 1) * stride + hd, "accumulate_values_f16: rows too short");
+        assert!(heads == 0 || (w_stride >= n_rows && weights.len() >= (heads - 1) * w_stride + n_rows), "accumulate_values_f16: weights too short");
         #[cfg(target_arch = "x86_64")]
         if self.exact_simd() && hd.is_multiple_of(16) {
             // SAFETY: AVX-512 detected; `hd` a multiple of 16; lengths checked.
-            unsafe { crate::avx512::accumulate_values(acc, hd, order, first, weights, values) };
+            unsafe { crate::avx512::accumulate_values_f16(acc, hd, order, first, weights, w_stride, n_rows, rows, stride) };
             return;
         }
-        crate::ggml_float::accumulate_values(acc, hd, order, first, weights, values);
+        let mut row = vec![0f32; hd];
+        for i in 0..n_rows {
+            for (d, s) in row.iter_mut().zip(&rows[i * stride..i * stride + hd]) {
+                *d = s.to_f32();
+            }
+            for h in 0..heads {
+                let w = weights[h * w_stride + i];
+                crate::ggml_float::accumulate_values(&mut acc[h * per_head..(h + 1) * per_head], hd, order, first + i, &[w], &row);
+            }
+        }
     }
 
     /// [`crate::ggml_float::finish_values`]. Panics on short slices.

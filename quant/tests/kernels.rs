@@ -404,13 +404,14 @@ fn ggml_float_ops_are_bit_identical_across_levels() {
             let rows: Vec<f32> = rand_vec(&mut rng, rows_n * hd, 1.0).iter().map(|&x| f16::from_f32(x).to_f32()).collect();
             let q: Vec<f32> = rand_vec(&mut rng, hd, 2.0).iter().map(|&x| f16::from_f32(x).to_f32()).collect();
             let weights: Vec<f32> = rand_vec(&mut rng, rows_n, 1.0).iter().map(|&x| f16::from_f32(x.abs()).to_f32()).collect();
+            let rows16: Vec<f16> = rows.iter().map(|&x| f16::from_f32(x)).collect();
             let run = |k: &Kernels| {
                 let mut dots = vec![0f32; rows_n];
-                k.attn_dots(&rows, hd, &q, order, &mut dots);
+                k.attn_dots_f16(&rows16, hd, rows_n, &q, hd, order, &mut dots, rows_n);
                 let mut acc = vec![0f32; order.value_lanes() * hd];
                 // Two calls, the second starting mid-way, as blocks of the KV cache arrive.
-                k.accumulate_values(&mut acc, hd, order, 5, &weights[..20], &rows[..20 * hd]);
-                k.accumulate_values(&mut acc, hd, order, 25, &weights[20..], &rows[20 * hd..]);
+                k.accumulate_values_f16(&mut acc, hd, order, 5, &weights[..20], 20, 20, &rows16[..20 * hd], hd);
+                k.accumulate_values_f16(&mut acc, hd, order, 25, &weights[20..], rows_n - 20, rows_n - 20, &rows16[20 * hd..], hd);
                 let mut out = vec![0f32; hd];
                 k.finish_values(&acc, hd, order, &mut out);
                 (dots, out)

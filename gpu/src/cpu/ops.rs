@@ -73,20 +73,18 @@ pub fn f32_to_f16(src: &[f32], dst: &mut [f16]) {
 pub struct AttnScratch {
     scores: Vec<f32>,
     q_rounded: Vec<f32>,
-    rows: Vec<f32>,
     acc: Vec<f32>,
 }
 
 /// Attention of the query heads that share one KV head over their sequence's cells `0..len`,
 /// each head computed exactly as alone (see [`attend_one`]): `q` and `out` hold the
-/// `q.len() / hd` heads back to back. Each K and V block is converted from f16 once for the
-/// group.
+/// `q.len() / hd` heads back to back. The kernels read the f16 cache in place, each row once for
+/// the group.
 ///
 /// The arithmetic is llama.cpp's (non-flash) attention on the CPU, bit for bit: the query and
 /// the softmax weights are rounded to f16 before they meet the f16 cache, the softmax is ggml's,
 /// and both products follow `order` (ggml sums a one-token step's products differently from a
-/// many-token step's; see [`AttnOrder`]). Measured on the default model: top-1 agreement with
-/// llama.cpp went from 94.9% to 96.8% with the f16 rounding alone.
+/// many-token step's; see [`AttnOrder`]).
 #[allow(clippy::too_many_arguments)]
 pub fn attend_group(
     kernels: &Kernels,
@@ -104,38 +102,30 @@ pub fn attend_group(
     out: &mut [f32],
 ) {
     let heads = q.len() / hd;
-    let lanes = order.value_lanes();
-    let AttnScratch { scores, q_rounded, rows, acc } = scratch;
+    let per_head = order.value_lanes() * hd;
+    let AttnScratch { scores, q_rounded, acc } = scratch;
     scores.resize(scores.len().max(heads * len), 0.0);
     q_rounded.resize(q_rounded.len().max(heads * hd), 0.0);
-    rows.resize(rows.len().max(block_size * hd), 0.0);
     acc.clear();
-    acc.resize(heads * lanes * hd, 0.0);
+    acc.resize(heads * per_head, 0.0);
     for (r, &x) in q_rounded.iter_mut().zip(q) {
         *r = f16::from_f32(x).to_f32();
     }
+    let q = &q_rounded[..heads * hd];
     let scores = &mut scores[..heads * len];
-    let stride = kv.placement().row_stride_bytes as usize;
-    // Converts cells j0..j0+n (one KV block) of K or V to f32, `hd` per row.
-    let load = |v: bool, j0: usize, n: usize, dst: &mut [f32]| {
+    let stride = kv.placement().row_stride_bytes as usize / 2;
+    // Cells j0..j0+n (one KV block) of K or V: rows of `stride` f16, this head's at `kv_col`.
+    let block_rows = |v: bool, j0: usize, n: usize| -> &[f16] {
         let first = (block_table[j0 / block_size] as usize * block_size) as u64;
-        for i in 0..n {
-            // SAFETY: the batch was validated: every position up to this token's lies in a
-            // block of its table, inside the arena; a block's cells are consecutive rows of
-            // `stride` bytes; cells of earlier positions are no longer being written.
-            let row = unsafe { std::slice::from_raw_parts((kv.row_ptr(layer, v, first) as *const u8).add(i * stride) as *const f16, kv_col + hd) };
-            for (d, s) in dst[i * hd..(i + 1) * hd].iter_mut().zip(&row[kv_col..]) {
-                *d = s.to_f32();
-            }
-        }
+        // SAFETY: the batch was validated: every position up to this token's lies in a block of
+        // its table, inside the arena; a block's cells are consecutive rows of `stride` elements;
+        // cells of earlier positions are no longer being written.
+        unsafe { std::slice::from_raw_parts((kv.row_ptr(layer, v, first) as *const f16).add(kv_col), (n - 1) * stride + hd) }
     };
     let mut j0 = 0;
     while j0 < len {
         let n = (block_size - j0 % block_size).min(len - j0);
-        load(false, j0, n, rows);
-        for h in 0..heads {
-            kernels.attn_dots(&rows[..n * hd], hd, &q_rounded[h * hd..(h + 1) * hd], order, &mut scores[h * len + j0..h * len + j0 + n]);
-        }
+        kernels.attn_dots_f16(block_rows(false, j0, n), stride, n, q, hd, order, &mut scores[j0..], len);
         j0 += n;
     }
     for head_scores in scores.chunks_exact_mut(len) {
@@ -144,14 +134,11 @@ pub fn attend_group(
     let mut j0 = 0;
     while j0 < len {
         let n = (block_size - j0 % block_size).min(len - j0);
-        load(true, j0, n, rows);
-        for h in 0..heads {
-            kernels.accumulate_values(&mut acc[h * lanes * hd..(h + 1) * lanes * hd], hd, order, j0, &scores[h * len + j0..h * len + j0 + n], &rows[..n * hd]);
-        }
+        kernels.accumulate_values_f16(acc, hd, order, j0, &scores[j0..], len, n, block_rows(true, j0, n), stride);
         j0 += n;
     }
     for h in 0..heads {
-        kernels.finish_values(&acc[h * lanes * hd..(h + 1) * lanes * hd], hd, order, &mut out[h * hd..(h + 1) * hd]);
+        kernels.finish_values(&acc[h * per_head..(h + 1) * per_head], hd, order, &mut out[h * hd..(h + 1) * hd]);
     }
 }
 
