@@ -61,6 +61,8 @@ pub(crate) unsafe fn matmul(
                     ad: std::ptr::null(),
                     av: std::ptr::null(),
                     corr: std::ptr::null(),
+                    vb: std::ptr::null(),
+                    vb_stride: 0,
                     bs: std::ptr::null(),
                     out: out.as_mut_ptr().add(t0 * nrows + r0),
                     ostride: nrows,
@@ -94,6 +96,8 @@ pub(crate) unsafe fn matmul(
                         ad: pack.d.as_ptr().add(t0 * side),
                         av: if pack.v.is_empty() { std::ptr::null() } else { pack.v.as_ptr().add(t0 * side) },
                         corr: if pack.corr.is_empty() { std::ptr::null() } else { pack.corr.as_ptr().add(t0 * nb * 8) },
+                        vb: if pack.v_by_block.is_empty() { std::ptr::null() } else { pack.v_by_block.as_ptr().add(t0) },
+                        vb_stride: n_tokens,
                         bs: std::ptr::null(),
                         out: out.as_mut_ptr().add(t0 * nrows + r0),
                         ostride: nrows,
@@ -122,6 +126,8 @@ pub(crate) unsafe fn matmul(
                     ad: pack.d.as_ptr().add(t0 * side),
                     av: std::ptr::null(),
                     corr: std::ptr::null(),
+                    vb: std::ptr::null(),
+                    vb_stride: 0,
                     bs: pack.bsums.as_ptr().add(t0 * nsb * 16),
                     out: out.as_mut_ptr().add(t0 * nrows + r0),
                     ostride: nrows,
@@ -171,9 +177,9 @@ unsafe fn load_w32_rows<const W: u8>(lo: *const u8, hi: *const u8, b: usize) -> 
 /// R rows x T tokens of a 32-block weight type against its repacked 8-bit activations, in
 /// ggml's arithmetic (`ggml_vec_dot_q4_0_q8_0` and friends on x86): per (row, token) eight
 /// float lanes, each adding `d_w * d_a * (integer sum of its 4 products)` block after block with
-/// one FMA, summed by `hsum_float_8`; Q4_1 adds its `m * s` terms on a scalar chain. A 512-bit
-/// register holds two rows' lanes. Every (row, token) sees the same instruction sequence
-/// whatever R and T are (batch invariance).
+/// one FMA, summed by `hsum_float_8`; Q4_1 adds its `m * s` terms on a chain of their own (one
+/// lane per (row, token) of a 16-lane register). A 512-bit register holds two rows' lanes. Every
+/// (row, token) sees the same instruction sequence whatever R and T are (batch invariance).
 /// # Safety
 /// The CPU must have the features in this function's `target_feature` attribute, and
 /// every pointer must be valid for the reads and writes its arguments describe.
@@ -187,28 +193,30 @@ unsafe fn tile_b32_inline<const W: u8, const R: usize, const T: usize>(p: &Tile)
     // Row pairs; an odd last row is paired with itself and its high half dropped.
     let np = R.div_ceil(2);
     let mut acc = [[_mm512_setzero_ps(); T]; R];
-    let mut summs = [[0f32; T]; R];
+    // Q4_1: lane 4r + t is (row r, token t)'s `summs`.
+    let mut summs = _mm512_setzero_ps();
+    // Lanes of the 8 floats [d0, m0, d1, m1, d2, m2, d3, m3] (rows 0..3 of the tile).
+    let pair_d: [__m512i; 2] = [
+        _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0),
+        _mm512_set_epi32(6, 6, 6, 6, 6, 6, 6, 6, 4, 4, 4, 4, 4, 4, 4, 4),
+    ];
+    let m_lanes = _mm512_set_epi32(7, 7, 7, 7, 5, 5, 5, 5, 3, 3, 3, 3, 1, 1, 1, 1);
+    let row = |r: usize| p.w.add(r.min(R - 1) * p.rb);
     let nb = p.nb;
     for b in 0..nb {
+        // The four rows' block headers (d, then m or the first quant bytes) in one conversion.
+        let hdr = |r: usize| (row(r).add(b * bb) as *const i32).read_unaligned();
+        let dm = _mm512_castps256_ps512(_mm256_cvtph_ps(_mm_set_epi32(hdr(3), hdr(2), hdr(1), hdr(0))));
         let mut wv = [_mm512_setzero_si512(); R];
         let mut dwv = [_mm512_setzero_ps(); R];
-        let mut mw = [0f32; R];
         for pr in 0..np {
-            let lo = p.w.add(2 * pr * p.rb);
-            let hi = p.w.add((2 * pr + 1).min(R - 1) * p.rb);
+            let (lo, hi) = (row(2 * pr), row(2 * pr + 1));
             // Stream ahead: decode is DRAM-bound and the hardware prefetcher alone leaves
             // too few misses in flight.
             _mm_prefetch::<_MM_HINT_T0>(lo.wrapping_add(b * bb + PF_DIST) as *const i8);
             _mm_prefetch::<_MM_HINT_T0>(hi.wrapping_add(b * bb + PF_DIST) as *const i8);
             wv[pr] = load_w32_rows::<W>(lo, hi, b);
-            let dl = _mm256_set1_ps(h2f(lo.add(b * bb)));
-            let dh = _mm256_set1_ps(h2f(hi.add(b * bb)));
-            dwv[pr] = _mm512_insertf32x8::<1>(_mm512_castps256_ps512(dl), dh);
-        }
-        if W == Q41 {
-            for r in 0..R {
-                mw[r] = h2f(p.w.add(r * p.rb + b * bb + 2));
-            }
+            dwv[pr] = _mm512_permutexvar_ps(pair_d[pr], dm);
         }
         for t in 0..T {
             let a = _mm512_broadcast_i64x4(_mm256_loadu_si256(p.aq.add(t * p.astride + 32 * b) as *const __m256i));
@@ -222,21 +230,24 @@ unsafe fn tile_b32_inline<const W: u8, const R: usize, const T: usize>(p: &Tile)
                 let dot = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(init, wv[pr], a));
                 acc[pr][t] = _mm512_fmadd_ps(_mm512_mul_ps(dwv[pr], da), dot, acc[pr][t]);
             }
-            if W == Q41 {
-                let s = *p.av.add(t * p.side + b);
-                for r in 0..R {
-                    // ggml's `summs += m * s` (f16 x f16 is exact in f32: fused or not alike).
-                    summs[r][t] += mw[r] * s;
-                }
-            }
+        }
+        if W == Q41 {
+            // ggml's `summs += m * s` (f16 x f16 is exact in f32: fused or not alike).
+            let s = _mm512_broadcast_f32x4(_mm_loadu_ps(p.vb.add(b * p.vb_stride)));
+            summs = _mm512_fmadd_ps(_mm512_permutexvar_ps(m_lanes, dm), s, summs);
         }
     }
+    let mut sm = [0f32; 16];
+    _mm512_storeu_ps(sm.as_mut_ptr(), summs);
     for pr in 0..np {
         for t in 0..T {
             let r = 2 * pr;
-            *p.out.add(t * p.ostride + r) = hsum_float_8(_mm512_castps512_ps256(acc[pr][t])) + summs[r][t];
+            let halves = _mm512_castps_pd(acc[pr][t]);
+            let lo = _mm256_castpd_ps(_mm512_castpd512_pd256(halves));
+            let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(halves));
+            *p.out.add(t * p.ostride + r) = hsum_float_8(lo) + sm[4 * r + t];
             if r + 1 < R {
-                *p.out.add(t * p.ostride + r + 1) = hsum_float_8(_mm512_extractf32x8_ps::<1>(acc[pr][t])) + summs[r + 1][t];
+                *p.out.add(t * p.ostride + r + 1) = hsum_float_8(hi) + sm[4 * (r + 1) + t];
             }
         }
     }

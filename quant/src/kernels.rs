@@ -12,7 +12,7 @@ pub enum SimdLevel {
     Scalar,
     /// x86-64 AVX2 + FMA + F16C (`vpmaddubsw` integer dots).
     Avx2,
-    /// x86-64 AVX-512 F/BW/VL + VNNI (`vpdpbusd`, `vpdpwssd`), plus AVX2/FMA/F16C.
+    /// x86-64 AVX-512 F/BW/VL/DQ + VNNI (`vpdpbusd`, `vpdpwssd`), plus AVX2/FMA/F16C.
     Avx512Vnni,
 }
 
@@ -32,6 +32,7 @@ impl SimdLevel {
                     && is_x86_feature_detected!("avx512bw")
                     && is_x86_feature_detected!("avx512vl")
                     && is_x86_feature_detected!("avx512vnni")
+                    && is_x86_feature_detected!("avx512dq")
             }
             #[cfg(not(target_arch = "x86_64"))]
             _ => false,

@@ -13,6 +13,9 @@ pub(crate) struct ActPack {
     pub d: Vec<f32>,
     /// Per token, `stride` floats: the Q8_1 `s` of each 32-block (Q4_1 weights only).
     pub v: Vec<f32>,
+    /// The same `s` block-major: block `b` of token `t` at `b * n_tokens + t`, then 4 floats of
+    /// padding, so a micro-tile loads its tokens' `s` of one block with one 16-byte load.
+    pub v_by_block: Vec<f32>,
     /// Per token and 32-block, 8 lane corrections `-offset * (sum of the lane's 4 values)`: added
     /// to the integer lane sums of unsigned weight bytes, they give exactly the signed products
     /// ggml sums per lane (Q4_0: offset 8; Q8_0: the kernel's `q8_0_offset`). Empty otherwise.
@@ -42,6 +45,7 @@ impl ActPack {
         let mut qs = vec![0u8; n_tokens * k + 64];
         let mut d = vec![0f32; n_tokens * stride];
         let mut v = vec![0f32; if weight == GgmlType::Q4_1 { n_tokens * stride } else { 0 }];
+        let mut v_by_block = vec![0f32; if weight == GgmlType::Q4_1 { nb * n_tokens + 4 } else { 0 }];
         let offset = match weight {
             GgmlType::Q4_0 => 8,
             GgmlType::Q8_0 => q8_0_offset,
@@ -71,6 +75,7 @@ impl ActPack {
                     d[t * stride + b] = f16_at(blk, 0);
                     if weight == GgmlType::Q4_1 {
                         v[t * stride + b] = f16_at(blk, 2);
+                        v_by_block[b * n_tokens + t] = f16_at(blk, 2);
                     }
                     if offset != 0 {
                         for (lane, vals) in dst.chunks_exact(4).enumerate() {
@@ -81,7 +86,7 @@ impl ActPack {
                 }
             }
         }
-        ActPack { qs, d, v, corr, bsums, stride }
+        ActPack { qs, d, v, v_by_block, corr, bsums, stride }
     }
 }
 
@@ -133,6 +138,10 @@ pub(crate) struct Tile {
     pub av: *const f32,
     /// First token's lane corrections (see [`ActPack::corr`]), `8 * nb` per token; null when none.
     pub corr: *const i32,
+    /// First token's entry of [`ActPack::v_by_block`] (block 0), `vb_stride` floats per block;
+    /// null when none.
+    pub vb: *const f32,
+    pub vb_stride: usize,
     /// First token's Q8_K block sums, `16 * nb` per token.
     pub bs: *const i16,
     /// Output of (row 0, token 0); `ostride` floats per token.
