@@ -12,6 +12,8 @@ use crate::GgmlType;
 use half::f16;
 use std::arch::x86_64::*;
 
+/// What this level adds to Q8_0 weight bytes to use them unsigned (see [`ActPack::new`]).
+pub(crate) const Q8_0_OFFSET: i32 = 0;
 const Q40: u8 = 0;
 const Q41: u8 = 1;
 const Q80: u8 = 2;
@@ -30,6 +32,7 @@ const BF16W: u8 = 12;
 /// The CPU must support avx2, fma and f16c; the slices must have been validated by
 /// `Kernels::matmul`.
 #[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn matmul(
     ty: GgmlType,
     weights: &[u8],
@@ -37,6 +40,7 @@ pub(crate) unsafe fn matmul(
     rows: std::ops::Range<usize>,
     acts: &[u8],
     n_tokens: usize,
+    packed: Option<&ActPack>,
     out: &mut [f32],
 ) {
     let rb = ty.row_bytes(k as u64).unwrap() as usize;
@@ -74,7 +78,14 @@ pub(crate) unsafe fn matmul(
             );
         }
         GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 => {
-            let pack = ActPack::new(ty, acts, k, n_tokens, 0);
+            let owned;
+            let pack = match packed {
+                Some(p) => p,
+                None => {
+                    owned = ActPack::new(ty, acts, k, n_tokens, Q8_0_OFFSET);
+                    &owned
+                }
+            };
             // One kernel for every token count: each (row, token) result is then computed by the
             // same instructions in the same order whatever else is in the step (batch invariance).
             let nb = k / 32;
@@ -109,7 +120,14 @@ pub(crate) unsafe fn matmul(
             );
         }
         _ => {
-            let pack = ActPack::new(ty, acts, k, n_tokens, 0);
+            let owned;
+            let pack = match packed {
+                Some(p) => p,
+                None => {
+                    owned = ActPack::new(ty, acts, k, n_tokens, Q8_0_OFFSET);
+                    &owned
+                }
+            };
             let nsb = k / QK_K;
             let side = pack.stride;
             drive(

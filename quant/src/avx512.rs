@@ -13,6 +13,8 @@ use crate::GgmlType;
 use half::f16;
 use std::arch::x86_64::*;
 
+/// What this level adds to Q8_0 weight bytes to use them unsigned (see [`ActPack::new`]).
+pub(crate) const Q8_0_OFFSET: i32 = 128;
 const Q40: u8 = 0;
 const Q41: u8 = 1;
 const Q80: u8 = 2;
@@ -31,6 +33,7 @@ const BF16W: u8 = 12;
 /// The CPU must support avx512f, avx512bw, avx512vl, avx512vnni, avx2, fma and f16c; the
 /// slices must have been validated by `Kernels::matmul` (lengths consistent with `ty`, `k`).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn matmul(
     ty: GgmlType,
     weights: &[u8],
@@ -38,6 +41,7 @@ pub(crate) unsafe fn matmul(
     rows: std::ops::Range<usize>,
     acts: &[u8],
     n_tokens: usize,
+    packed: Option<&ActPack>,
     out: &mut [f32],
 ) {
     let rb = ty.row_bytes(k as u64).unwrap() as usize;
@@ -75,7 +79,14 @@ pub(crate) unsafe fn matmul(
             }, |_, _| {});
         }
         GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 => {
-            let pack = ActPack::new(ty, acts, k, n_tokens, 128);
+            let owned;
+            let pack = match packed {
+                Some(p) => p,
+                None => {
+                    owned = ActPack::new(ty, acts, k, n_tokens, Q8_0_OFFSET);
+                    &owned
+                }
+            };
             // One kernel for every token count: each (row, token) result is then computed by the
             // same instructions in the same order whatever else is in the step, so a sequence's
             // output does not depend on its batch (batch invariance). Measured cost: Q4_1 prefill
@@ -112,7 +123,14 @@ pub(crate) unsafe fn matmul(
             );
         }
         _ => {
-            let pack = ActPack::new(ty, acts, k, n_tokens, 0);
+            let owned;
+            let pack = match packed {
+                Some(p) => p,
+                None => {
+                    owned = ActPack::new(ty, acts, k, n_tokens, Q8_0_OFFSET);
+                    &owned
+                }
+            };
             let nsb = k / QK_K;
             let side = pack.stride;
             drive(nrows, n_tokens, |r0, nr, t0, nt| {

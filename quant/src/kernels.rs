@@ -49,6 +49,16 @@ pub struct Kernels {
     level: SimdLevel,
 }
 
+/// Activations repacked once for many products ([`Kernels::pack_activations`]).
+pub struct PackedActivations {
+    weight: GgmlType,
+    level: SimdLevel,
+    k: usize,
+    n_tokens: usize,
+    /// None where the kernels read the activations as given (scalar level, float weights).
+    pack: Option<crate::pack::ActPack>,
+}
+
 /// Weight types [`Kernels::matmul`] computes with.
 fn matmul_supported(ty: GgmlType) -> bool {
     use GgmlType::*;
@@ -147,6 +157,70 @@ impl Kernels {
         n_tokens: usize,
         out: &mut [f32],
     ) -> Result<(), QuantError> {
+        self.matmul_impl(weight, weights, k, rows, acts, n_tokens, None, out)
+    }
+
+    /// Repacks `n_tokens` activation rows (as [`Kernels::matmul`] takes them) once, for any
+    /// number of [`Kernels::matmul_packed`] calls on weights of type `weight`: a product split
+    /// into many row blocks then repacks nothing per block.
+    ///
+    /// # Errors
+    /// As [`Kernels::matmul`], for the activation arguments.
+    pub fn pack_activations(&self, weight: GgmlType, acts: &[u8], k: usize, n_tokens: usize) -> Result<PackedActivations, QuantError> {
+        if !matmul_supported(weight) {
+            return Err(QuantError::Unsupported { ty: weight, op: "matmul" });
+        }
+        let arb = activation_row_bytes(weight, k);
+        if arb == 0 || acts.len() != n_tokens * arb {
+            return Err(QuantError::Length { what: "activation bytes", expected: n_tokens * arb, got: acts.len() });
+        }
+        let offset = match self.level {
+            #[cfg(target_arch = "x86_64")]
+            SimdLevel::Avx512Vnni => Some(crate::avx512::Q8_0_OFFSET),
+            #[cfg(target_arch = "x86_64")]
+            SimdLevel::Avx2 => Some(crate::avx2::Q8_0_OFFSET),
+            _ => None,
+        };
+        let quantized = !matches!(weight, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16);
+        let pack = offset.filter(|_| quantized).map(|off| crate::pack::ActPack::new(weight, acts, k, n_tokens, off));
+        Ok(PackedActivations { weight, level: self.level, k, n_tokens, pack })
+    }
+
+    /// [`Kernels::matmul`] with the activations repacked beforehand by
+    /// [`Kernels::pack_activations`] (same `weight`, `k`, `n_tokens` and kernel level).
+    ///
+    /// # Errors
+    /// As [`Kernels::matmul`]; a `packed` made for other arguments is a length error.
+    #[allow(clippy::too_many_arguments)]
+    pub fn matmul_packed(
+        &self,
+        weight: GgmlType,
+        weights: &[u8],
+        k: usize,
+        rows: Range<usize>,
+        acts: &[u8],
+        n_tokens: usize,
+        packed: &PackedActivations,
+        out: &mut [f32],
+    ) -> Result<(), QuantError> {
+        if packed.weight != weight || packed.level != self.level || packed.k != k || packed.n_tokens != n_tokens {
+            return Err(QuantError::Length { what: "packed activations (made for another product)", expected: n_tokens * k, got: packed.n_tokens * packed.k });
+        }
+        self.matmul_impl(weight, weights, k, rows, acts, n_tokens, packed.pack.as_ref(), out)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn matmul_impl(
+        &self,
+        weight: GgmlType,
+        weights: &[u8],
+        k: usize,
+        rows: Range<usize>,
+        acts: &[u8],
+        n_tokens: usize,
+        packed: Option<&crate::pack::ActPack>,
+        out: &mut [f32],
+    ) -> Result<(), QuantError> {
         if !matmul_supported(weight) {
             return Err(QuantError::Unsupported { ty: weight, op: "matmul" });
         }
@@ -179,10 +253,10 @@ impl Kernels {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: this level exists only once its features were detected (`with_level`);
             // all lengths were validated above.
-            SimdLevel::Avx512Vnni => unsafe { crate::avx512::matmul(weight, weights, k, rows, acts, n_tokens, out) },
+            SimdLevel::Avx512Vnni => unsafe { crate::avx512::matmul(weight, weights, k, rows, acts, n_tokens, packed, out) },
             #[cfg(target_arch = "x86_64")]
             // SAFETY: as above, for AVX2/FMA/F16C.
-            SimdLevel::Avx2 => unsafe { crate::avx2::matmul(weight, weights, k, rows, acts, n_tokens, out) },
+            SimdLevel::Avx2 => unsafe { crate::avx2::matmul(weight, weights, k, rows, acts, n_tokens, packed, out) },
             _ => {
                 let nr = rows.len();
                 for t in 0..n_tokens {

@@ -425,3 +425,25 @@ fn ggml_float_ops_are_bit_identical_across_levels() {
         }
     }
 }
+
+/// Activations packed once give every row block the bits of an unpacked call, on every level;
+/// a pack made for another product is refused.
+#[test]
+fn packed_activations_give_the_unpacked_bits() {
+    let mut rng = StdRng::seed_from_u64(31);
+    for ty in WEIGHT_TYPES {
+        let (k, nrows, n_tokens) = (512, 40, 6);
+        let c = make_case(&mut rng, ty, k, nrows, n_tokens);
+        for kern in std::iter::once(scalar()).chain(simd_levels()) {
+            let pack = kern.pack_activations(ty, &c.a, k, n_tokens).unwrap();
+            for rows in [0..nrows, 3..17, 17..40] {
+                let want = run(&kern, &c, rows.clone());
+                let mut got = vec![f32::NAN; n_tokens * rows.len()];
+                kern.matmul_packed(ty, &c.w, k, rows, &c.a, n_tokens, &pack, &mut got).unwrap();
+                assert_eq!(got.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), want.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), "{:?} {ty}", kern.level());
+            }
+            let mut out = vec![0f32; n_tokens * nrows];
+            assert!(kern.matmul_packed(ty, &c.w, k, 0..nrows, &c.a[..(n_tokens - 1) * c.a.len() / n_tokens], n_tokens - 1, &pack, &mut out[..(n_tokens - 1) * nrows]).is_err());
+        }
+    }
+}

@@ -261,6 +261,27 @@ impl CpuPlan {
                 return Err(e.into());
             }
         }
+        // Repack the activations once per weight type for all the row blocks below.
+        let mut packs: Vec<(GgmlType, strata_quant::PackedActivations)> = Vec::new();
+        let mut pack_of = Vec::with_capacity(outputs.len());
+        for p in outputs {
+            let ty = self.graph.weight(p.weight).ty;
+            if let Some(i) = packs.iter().position(|(t, _)| *t == ty) {
+                pack_of.push(i);
+                continue;
+            }
+            pack_of.push(packs.len());
+            let arb = strata_quant::activation_row_bytes(ty, k);
+            let act = acts.iter().find(|(t, _)| *t == Kernels::activation_type(ty)).map(|(_, b)| &b[..n * arb]).unwrap_or(&[]);
+            match self.kernels.pack_activations(ty, act, k, n) {
+                Ok(pack) => packs.push((ty, pack)),
+                Err(e) => {
+                    self.acts = acts;
+                    self.bufs[input.0 as usize] = x;
+                    return Err(e.into());
+                }
+            }
+        }
         // Units of work: blocks of rows of each projection, dealt to threads round-robin.
         let mut jobs: Vec<(usize, Range<usize>)> = Vec::new();
         for (pi, p) in outputs.iter().enumerate() {
@@ -297,7 +318,8 @@ impl CpuPlan {
                 }
                 let arb = strata_quant::activation_row_bytes(w.ty, k);
                 let act = acts.iter().find(|(t, _)| *t == Kernels::activation_type(w.ty)).map(|(_, b)| &b[..n * arb]).unwrap_or(&[]);
-                if let Err(e) = kernels.matmul(w.ty, plan.weight_bytes(p.weight), k, rows.clone(), act, n, &mut scratch.out[..n * len]) {
+                let pack = &packs[pack_of[*pi]].1;
+                if let Err(e) = kernels.matmul_packed(w.ty, plan.weight_bytes(p.weight), k, rows.clone(), act, n, pack, &mut scratch.out[..n * len]) {
                     *err.lock() = Some(e);
                     return;
                 }
