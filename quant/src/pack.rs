@@ -90,6 +90,16 @@ impl ActPack {
     }
 }
 
+impl ActPack {
+    /// `packed` when the caller repacked beforehand, else a pack made now and kept in `slot`.
+    pub(crate) fn given_or_new<'a>(packed: Option<&'a ActPack>, slot: &'a mut Option<ActPack>, weight: GgmlType, acts: &[u8], k: usize, n_tokens: usize, q8_0_offset: i32) -> &'a ActPack {
+        match packed {
+            Some(p) => p,
+            None => slot.insert(ActPack::new(weight, acts, k, n_tokens, q8_0_offset)),
+        }
+    }
+}
+
 /// Rows per micro-tile.
 pub(crate) const RT: usize = 4;
 /// Tokens per micro-tile.
