@@ -424,48 +424,6 @@ pub(crate) unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     s
 }
 
-/// # Safety
-/// avx2, fma and f16c must be available; `a.len() == b.len()`.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn dot_f16_f32(a: &[f16], b: &[f32]) -> f32 {
-    let n = a.len();
-    let ap = a.as_ptr() as *const __m128i;
-    let (mut s0, mut s1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-    let mut i = 0;
-    while i + 16 <= n {
-        let a0 = _mm256_cvtph_ps(_mm_loadu_si128(ap.add(i / 8)));
-        let a1 = _mm256_cvtph_ps(_mm_loadu_si128(ap.add(i / 8 + 1)));
-        s0 = _mm256_fmadd_ps(a0, _mm256_loadu_ps(b.as_ptr().add(i)), s0);
-        s1 = _mm256_fmadd_ps(a1, _mm256_loadu_ps(b.as_ptr().add(i + 8)), s1);
-        i += 16;
-    }
-    let mut s = hsum(_mm256_add_ps(s0, s1));
-    while i < n {
-        s += a[i].to_f32() * b[i];
-        i += 1;
-    }
-    s
-}
-
-/// # Safety
-/// avx2, fma and f16c must be available; `out.len() == x.len()`.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn axpy_f16(out: &mut [f32], alpha: f32, x: &[f16]) {
-    let n = out.len();
-    let va = _mm256_set1_ps(alpha);
-    let mut i = 0;
-    while i + 8 <= n {
-        let xv = _mm256_cvtph_ps(_mm_loadu_si128(x.as_ptr().add(i) as *const __m128i));
-        let o = _mm256_loadu_ps(out.as_ptr().add(i));
-        _mm256_storeu_ps(out.as_mut_ptr().add(i), _mm256_fmadd_ps(va, xv, o));
-        i += 8;
-    }
-    while i < n {
-        out[i] += alpha * x[i].to_f32();
-        i += 1;
-    }
-}
-
 /// Quantizes one activation row to Q8_0 / Q8_1 / Q8_K, bit-identical to the reference.
 ///
 /// # Safety
@@ -562,29 +520,4 @@ unsafe fn hsum_i32(v: __m256i) -> i32 {
     let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
     let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
     _mm_cvtsi128_si32(s)
-}
-
-/// [`dot_f16_f32`] of `b` with each of `out.len()` rows of `rows`, row `j` starting at
-/// `j * stride`: the same arithmetic per row, without a call and a dispatch per row.
-/// # Safety
-/// The features above must be available; `rows.len() >= (out.len() - 1) * stride + b.len()`
-/// when `out` is not empty.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn dot_f16_f32_rows(rows: &[f16], stride: usize, b: &[f32], out: &mut [f32]) {
-    for (j, o) in out.iter_mut().enumerate() {
-        *o = dot_f16_f32(rows.get_unchecked(j * stride..j * stride + b.len()), b);
-    }
-}
-
-/// `out += alphas[j] * rows[j]` for each row `j` in order (row `j` starts at `j * stride`): the
-/// same arithmetic as [`axpy_f16`] row after row.
-/// # Safety
-/// The features above must be available; `rows.len() >= (alphas.len() - 1) * stride + out.len()`
-/// when `alphas` is not empty.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn axpy_f16_rows(out: &mut [f32], alphas: &[f32], rows: &[f16], stride: usize) {
-    let n = out.len();
-    for (j, &a) in alphas.iter().enumerate() {
-        axpy_f16(out, a, rows.get_unchecked(j * stride..j * stride + n));
-    }
 }

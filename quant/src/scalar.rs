@@ -5,7 +5,6 @@
 
 use crate::reference::{f16_at, f32_at, get_scale_min_k4, QK_K};
 use crate::GgmlType;
-use half::f16;
 
 /// Dot product of one weight row (`k` elements of `ty`) with one activation row quantized for it.
 pub(crate) fn dot_row(ty: GgmlType, w: &[u8], a: &[u8], k: usize) -> f32 {
@@ -152,16 +151,4 @@ fn dot_superblock(ty: GgmlType, x: &[u8], y: &[u8]) -> f32 {
 /// Scalar `sum a[i] * b[i]`.
 pub(crate) fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
-}
-
-/// Scalar `sum f32(a[i]) * b[i]`.
-pub(crate) fn dot_f16_f32(a: &[f16], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| x.to_f32() * y).sum()
-}
-
-/// Scalar `out[i] += alpha * f32(x[i])`.
-pub(crate) fn axpy_f16(out: &mut [f32], alpha: f32, x: &[f16]) {
-    for (o, v) in out.iter_mut().zip(x) {
-        *o += alpha * v.to_f32();
-    }
 }
