@@ -60,7 +60,6 @@ pub(crate) unsafe fn matmul(
                         aq: acts.as_ptr().add(t0 * 4 * k),
                         astride: 4 * k,
                         ad: std::ptr::null(),
-                        av: std::ptr::null(),
                     corr: std::ptr::null(),
                     vb: std::ptr::null(),
                     vb_stride: 0,
@@ -96,7 +95,6 @@ pub(crate) unsafe fn matmul(
                         aq: pack.qs.as_ptr().add(t0 * k),
                         astride: k,
                         ad: pack.d.as_ptr().add(t0 * side),
-                        av: if pack.v.is_empty() { std::ptr::null() } else { pack.v.as_ptr().add(t0 * side) },
                         corr: if pack.corr.is_empty() { std::ptr::null() } else { pack.corr.as_ptr().add(t0 * nb * 8) },
                         vb: if pack.v_by_block.is_empty() { std::ptr::null() } else { pack.v_by_block.as_ptr().add(t0) },
                         vb_stride: n_tokens,
@@ -130,7 +128,6 @@ pub(crate) unsafe fn matmul(
                         aq: pack.qs.as_ptr().add(t0 * k),
                         astride: k,
                         ad: pack.d.as_ptr().add(t0 * side),
-                        av: std::ptr::null(),
                     corr: std::ptr::null(),
                     vb: std::ptr::null(),
                     vb_stride: 0,
@@ -223,7 +220,7 @@ unsafe fn tile_b32_inline<const W: u8, const R: usize, const T: usize>(p: &Tile)
                 acc[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(dwv[r], da), _mm256_cvtepi32_ps(lanes), acc[r][t]);
             }
             if W == Q41 {
-                let s = *p.av.add(t * p.side + b);
+                let s = *p.vb.add(b * p.vb_stride + t);
                 for r in 0..R {
                     summs[r][t] += mw[r] * s;
                 }

@@ -11,10 +11,9 @@ pub(crate) struct ActPack {
     pub qs: Vec<u8>,
     /// Per token, `stride` floats: the scale of each block (32-blocks or 256-super-blocks).
     pub d: Vec<f32>,
-    /// Per token, `stride` floats: the Q8_1 `s` of each 32-block (Q4_1 weights only).
-    pub v: Vec<f32>,
-    /// The same `s` block-major: block `b` of token `t` at `b * n_tokens + t`, then 4 floats of
-    /// padding, so a micro-tile loads its tokens' `s` of one block with one 16-byte load.
+    /// Q4_1 weights only: the Q8_1 `s` of each 32-block, block-major (block `b` of token `t` at
+    /// `b * n_tokens + t`), then 4 floats of padding, so a micro-tile loads its tokens' `s` of
+    /// one block with one 16-byte load.
     pub v_by_block: Vec<f32>,
     /// Per token and 32-block, 8 lane corrections `-offset * (sum of the lane's 4 values)`: added
     /// to the integer lane sums of unsigned weight bytes, they give exactly the signed products
@@ -22,7 +21,7 @@ pub(crate) struct ActPack {
     pub corr: Vec<i32>,
     /// Per token and super-block, the 16 Q8_K sums of 16 values.
     pub bsums: Vec<i16>,
-    /// Floats per token in `d` and `v`: the block count rounded up to 16, plus 16 of padding.
+    /// Floats per token in `d`: the block count rounded up to 16, plus 16 of padding.
     pub stride: usize,
 }
 
@@ -36,15 +35,14 @@ impl ActPack {
     ///
     /// `q8_0_offset` is the constant the kernel adds to Q8_0 weights to make them unsigned
     /// (128 on AVX-512 VNNI, 0 where a sign trick is used instead); `corr` then carries the
-    /// matching lane corrections. Q4_0 nibbles are used unsigned (offset 8); for Q4_1, `v = s`
-    /// of the Q8_1 block.
+    /// matching lane corrections. Q4_0 nibbles are used unsigned (offset 8); for Q4_1,
+    /// `v_by_block` holds the Q8_1 blocks' `s`.
     pub(crate) fn new(weight: GgmlType, acts: &[u8], k: usize, n_tokens: usize, q8_0_offset: i32) -> ActPack {
         let kblock = matches!(weight, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K);
         let nb = if kblock { k / QK_K } else { k / 32 };
         let stride = side_stride(nb);
         let mut qs = vec![0u8; n_tokens * k + 64];
         let mut d = vec![0f32; n_tokens * stride];
-        let mut v = vec![0f32; if weight == GgmlType::Q4_1 { n_tokens * stride } else { 0 }];
         let mut v_by_block = vec![0f32; if weight == GgmlType::Q4_1 { nb * n_tokens + 4 } else { 0 }];
         let offset = match weight {
             GgmlType::Q4_0 => 8,
@@ -74,7 +72,6 @@ impl ActPack {
                 } else {
                     d[t * stride + b] = f16_at(blk, 0);
                     if weight == GgmlType::Q4_1 {
-                        v[t * stride + b] = f16_at(blk, 2);
                         v_by_block[b * n_tokens + t] = f16_at(blk, 2);
                     }
                     if offset != 0 {
@@ -86,11 +83,9 @@ impl ActPack {
                 }
             }
         }
-        ActPack { qs, d, v, v_by_block, corr, bsums, stride }
+        ActPack { qs, d, v_by_block, corr, bsums, stride }
     }
-}
 
-impl ActPack {
     /// `packed` when the caller repacked beforehand, else a pack made now and kept in `slot`.
     pub(crate) fn given_or_new<'a>(packed: Option<&'a ActPack>, slot: &'a mut Option<ActPack>, weight: GgmlType, acts: &[u8], k: usize, n_tokens: usize, q8_0_offset: i32) -> &'a ActPack {
         match packed {
@@ -143,9 +138,8 @@ pub(crate) struct Tile {
     /// First token's activation values (bytes), `astride` bytes per token.
     pub aq: *const u8,
     pub astride: usize,
-    /// First token's per-block activation scales / bias partners, `side` floats per token.
+    /// First token's per-block activation scales, `side` floats per token.
     pub ad: *const f32,
-    pub av: *const f32,
     /// First token's lane corrections (see [`ActPack::corr`]), `8 * nb` per token; null when none.
     pub corr: *const i32,
     /// First token's entry of [`ActPack::v_by_block`] (block 0), `vb_stride` floats per block;
