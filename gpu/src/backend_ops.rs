@@ -109,7 +109,7 @@ impl OpBackend for CpuOps {
 
     fn swiglu(&mut self, gate: &[f32], up: &[f32]) -> Result<Vec<f32>, DeviceError> {
         let mut out = vec![0f32; gate.len()];
-        crate::cpu::ops::swiglu(&self.kernels, gate, up, &mut out);
+        self.kernels.swiglu(gate, up, &mut out);
         Ok(out)
     }
 

@@ -357,12 +357,7 @@ impl Engine {
     /// # Errors
     /// As [`Engine::generate`].
     pub fn teacher_forced_logits(&mut self, tokens: &[u32]) -> Result<Vec<f32>, EngineError> {
-        self.check_prompt(tokens)?;
-        let seq = self.new_seq();
-        self.kv.start(seq, &[], Owner::Prefill)?;
-        let result = self.run_tokens(seq, tokens, true, false);
-        self.kv.end(seq, false)?;
-        result
+        self.teacher_forced_logits_decoding(tokens, &[])
     }
 
     /// Teacher-forced logits the way generation computes them: `prompt` in prefill steps (all

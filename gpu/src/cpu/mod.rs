@@ -262,26 +262,30 @@ impl CpuPlan {
             }
         }
         // Repack the activations once per weight type for all the row blocks below.
-        let mut packs: Vec<(GgmlType, strata_quant::PackedActivations)> = Vec::new();
-        let mut pack_of = Vec::with_capacity(outputs.len());
-        for p in outputs {
-            let ty = self.graph.weight(p.weight).ty;
-            if let Some(i) = packs.iter().position(|(t, _)| *t == ty) {
-                pack_of.push(i);
-                continue;
-            }
-            pack_of.push(packs.len());
-            let arb = strata_quant::activation_row_bytes(ty, k);
-            let act = acts.iter().find(|(t, _)| *t == Kernels::activation_type(ty)).map(|(_, b)| &b[..n * arb]).unwrap_or(&[]);
-            match self.kernels.pack_activations(ty, act, k, n) {
-                Ok(pack) => packs.push((ty, pack)),
-                Err(e) => {
-                    self.acts = acts;
-                    self.bufs[input.0 as usize] = x;
-                    return Err(e.into());
+        let packed = (|| -> Result<_, strata_quant::QuantError> {
+            let mut packs: Vec<(GgmlType, &[u8], strata_quant::PackedActivations)> = Vec::new();
+            let mut pack_of = Vec::with_capacity(outputs.len());
+            for p in outputs {
+                let ty = self.graph.weight(p.weight).ty;
+                if let Some(i) = packs.iter().position(|(t, ..)| *t == ty) {
+                    pack_of.push(i);
+                    continue;
                 }
+                pack_of.push(packs.len());
+                let arb = strata_quant::activation_row_bytes(ty, k);
+                let act = acts.iter().find(|(t, _)| *t == Kernels::activation_type(ty)).map(|(_, b)| &b[..n * arb]).unwrap_or(&[]);
+                packs.push((ty, act, self.kernels.pack_activations(ty, act, k, n)?));
             }
-        }
+            Ok((packs, pack_of))
+        })();
+        let (packs, pack_of) = match packed {
+            Ok(p) => p,
+            Err(e) => {
+                self.acts = acts;
+                self.bufs[input.0 as usize] = x;
+                return Err(e.into());
+            }
+        };
         // Units of work: blocks of rows of each projection, dealt to threads round-robin.
         let mut jobs: Vec<(usize, Range<usize>)> = Vec::new();
         for (pi, p) in outputs.iter().enumerate() {
@@ -316,9 +320,7 @@ impl CpuPlan {
                 if scratch.out.len() < n * len {
                     scratch.out.resize(n * len, 0.0);
                 }
-                let arb = strata_quant::activation_row_bytes(w.ty, k);
-                let act = acts.iter().find(|(t, _)| *t == Kernels::activation_type(w.ty)).map(|(_, b)| &b[..n * arb]).unwrap_or(&[]);
-                let pack = &packs[pack_of[*pi]].1;
+                let (_, act, pack) = &packs[pack_of[*pi]];
                 if let Err(e) = kernels.matmul_packed(w.ty, plan.weight_bytes(p.weight), k, rows.clone(), act, n, pack, &mut scratch.out[..n * len]) {
                     *err.lock() = Some(e);
                     return;
@@ -539,7 +541,7 @@ impl CpuPlan {
                         // Row by row: ggml's SwiGLU takes its 16-wide chunks from each row's start.
                         for (i, o) in orows.chunks_exact_mut(d).enumerate() {
                             let row = (r.start + i) * d..(r.start + i + 1) * d;
-                            ops::swiglu(&self.kernels, &g[row.clone()], &u[row], o);
+                            self.kernels.swiglu(&g[row.clone()], &u[row], o);
                         }
                     });
                     self.bufs[gate.0 as usize] = g;

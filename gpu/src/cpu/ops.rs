@@ -56,11 +56,6 @@ pub fn rope(head: &mut [f32], cos: &[f32], sin: &[f32], style: RopeStyle) {
     }
 }
 
-/// `out = silu(gate) * up`, in ggml's arithmetic (see [`Kernels::swiglu`]).
-pub fn swiglu(kernels: &Kernels, gate: &[f32], up: &[f32], out: &mut [f32]) {
-    kernels.swiglu(gate, up, out);
-}
-
 /// Converts to half precision (round to nearest even, as ggml does).
 pub fn f32_to_f16(src: &[f32], dst: &mut [f16]) {
     for (d, &s) in dst.iter_mut().zip(src) {
