@@ -11,7 +11,13 @@ const TYPES: &[&str] = &["F32", "F16", "Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q6_K"];
 const INT_TYPES: &[&str] = &["Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q6_K"];
 /// Rows per workgroup of its one-token build (chosen at run time, `STRATA_MATVEC_ROWS`).
 const INT_ROWS: &[u32] = &[1, 2, 4, 8];
-const PLAIN: &[&str] = &["rms_norm", "rope", "store_kv", "rope_store", "attention", "attention_decode", "attention_combine", "swiglu", "add", "select_rows", "read_bandwidth"];
+/// The weight types of the kernel that computes the CPU's bits (matvec_exact), and its builds:
+/// (tokens per pass, blocks loaded ahead per lane).
+/// The rounding builds of the kernels that have them: (file suffix, defines).
+const ROUNDING_BUILDS: &[(&str, &[&str])] = &[("", &[]), ("_f64", &["F64"]), ("_f64fma", &["F64", "FMA_F64"])];
+const EXACT_TYPES: &[&str] = &["Q4_0", "Q4_1", "Q8_0", "Q4_K"];
+const EXACT_BUILDS: &[(u32, u32)] = &[(1, 1), (1, 2), (1, 4), (1, 8), (4, 1), (4, 2)];
+const PLAIN: &[&str] = &["rms_norm", "store_kv", "attention", "attention_decode", "attention_combine", "swiglu", "add", "select_rows", "read_bandwidth"];
 
 fn main() {
     println!("cargo:rerun-if-changed={SHADER_DIR}");
@@ -25,12 +31,21 @@ fn main() {
     for name in PLAIN {
         compile(&glslc, name, None, &out);
     }
-    for (act, define) in [("q8_0", "ACT_Q8_0"), ("q8_k", "ACT_Q8_K")] {
-        compile_with(&glslc, "quantize_act", &format!("quantize_act_{act}"), &[define], &out);
-        compile_with(&glslc, "quantize_act", &format!("quantize_act_int_{act}"), &[define, "INT_OUT"], &out);
-        compile_with(&glslc, "quantize_act", &format!("swiglu_quantize_int_{act}"), &[define, "INT_OUT", "SWIGLU"], &out);
-        compile_with(&glslc, "quantize_act", &format!("combine_quantize_int_{act}"), &[define, "INT_OUT", "COMBINE"], &out);
-        compile_with(&glslc, "rms_norm_q", &format!("rms_norm_int_{act}"), &[define], &out);
+    // Kernels whose divisions, square roots or fused multiply-adds must round as the CPU's have
+    // three builds (shaders/common.glsl): as written, F64 (divisions and square roots through
+    // f64) and F64 + FMA_F64 (fused multiply-adds through f64 too).
+    for (suffix, defines) in ROUNDING_BUILDS {
+        for (act, define) in [("q8_0", "ACT_Q8_0"), ("q8_k", "ACT_Q8_K")] {
+            let with = |d: &[&'static str]| -> Vec<&'static str> { d.iter().chain(defines.iter()).copied().collect() };
+            compile_with(&glslc, "quantize_act", &format!("quantize_act_{act}{suffix}"), &with(&[define]), &out);
+            compile_with(&glslc, "quantize_act", &format!("quantize_act_int_{act}{suffix}"), &with(&[define, "INT_OUT"]), &out);
+            compile_with(&glslc, "quantize_act", &format!("swiglu_quantize_int_{act}{suffix}"), &with(&[define, "INT_OUT", "SWIGLU"]), &out);
+            compile_with(&glslc, "quantize_act", &format!("combine_quantize_int_{act}{suffix}"), &with(&[define, "INT_OUT", "COMBINE"]), &out);
+            compile_with(&glslc, "rms_norm_q", &format!("rms_norm_int_{act}{suffix}"), &with(&[define]), &out);
+        }
+        for name in ["rope", "rope_store", "attention_exact"] {
+            compile_with(&glslc, name, &format!("{name}{suffix}"), defines, &out);
+        }
     }
     for ty in INT_TYPES {
         let t = format!("TYPE_{ty}");
@@ -38,6 +53,14 @@ fn main() {
             compile_with(&glslc, "matvec_q", &format!("matvec_q1_r{rows}_{}", ty.to_lowercase()), &[&t, "NT=1", &format!("ROWS={rows}")], &out);
         }
         compile_with(&glslc, "matvec_q", &format!("matvec_q4_{}", ty.to_lowercase()), &[&t, "NT=4", "ROWS=2"], &out);
+    }
+    for ty in EXACT_TYPES {
+        for (nt, unroll) in EXACT_BUILDS {
+            let defines = [format!("TYPE_{ty}"), format!("NT={nt}"), format!("UNROLL={unroll}")];
+            let d: Vec<&str> = defines.iter().map(String::as_str).collect();
+            compile_with(&glslc, "matvec_exact", &format!("matvec_exact_t{nt}_u{unroll}_{}", ty.to_lowercase()), &d, &out);
+            compile_with(&glslc, "matvec_exact", &format!("matvec_exact_t{nt}_u{unroll}_{}_f64fma", ty.to_lowercase()), &[d.as_slice(), &["FMA_F64"]].concat(), &out);
+        }
     }
     for ty in TYPES {
         compile_with(&glslc, "matvec", &format!("matvec1_{}", ty.to_lowercase()), &[&format!("TYPE_{ty}"), "NT=1", &format!("ROWS1={rows1}")], &out);

@@ -99,7 +99,7 @@ fn vulkan_matches_the_cpu_device_teacher_forced() {
 /// The same KL bar through the decode kernels: one token per step, so every product runs on the
 /// one-token kernel (integer dot products on 8-bit activations where the device has them) and
 /// attention on one query (a workgroup per query head). The bars: measured on lavapipe
-/// KL 0.0039/0.0023/0.0054/0.0041, top-1 62/64/63/63 against the CPU device computing
+/// (fifth session) KL 0.0039/0.0023/0.0054/0.0041, top-1 62/64/63/63 against the CPU device computing
 /// llama.cpp's arithmetic (the shaders use its expf, SiLU, RoPE fusing and 8-bit rounding; their
 /// sums run in other orders). These texts' near-ties flip with any change of summation order
 /// (with the shaders' own expf it was 60/64 on prose), so a kernel change may need this bar
@@ -111,6 +111,47 @@ fn vulkan_decode_kernels_match_the_cpu_device_teacher_forced() {
     let mut cpu = engine(&model, DeviceKind::Cpu, DeviceKind::Cpu);
     let mut vk = engine_with_ubatch(&model, DeviceKind::Vulkan(i), DeviceKind::Vulkan(i), 1);
     compare(&mut cpu, &mut vk, "vulkan decode", 62);
+}
+
+/// The exact mode (`STRATA_VULKAN_EXACT=1`): Vulkan's decode steps compute the CPU device's logits
+/// bit for bit (the integer products in the CPU's lane order, ggml's attention orders and
+/// softmax, divisions, square roots and fused multiply-adds rounded as the CPU's), so the
+/// teacher-forced logits of every text are identical, position after position.
+#[test]
+fn vulkan_exact_mode_computes_the_cpu_logits_bit_for_bit() {
+    // nextest runs each test in a process of its own, so this setting reaches this test only.
+    std::env::set_var("STRATA_VULKAN_EXACT", "1");
+    let Some(i) = vulkan_index() else { return };
+    let model = Arc::new(LoadedModel::load(&common::default_model()).expect("the default model loads"));
+    let mut vk = engine_with_ubatch(&model, DeviceKind::Vulkan(i), DeviceKind::Vulkan(i), 1);
+    let mut cpu1 = engine_with_ubatch(&model, DeviceKind::Cpu, DeviceKind::Cpu, 1);
+    let vocab = model.hparams.vocab_size;
+    for (name, ids) in sequences(&cpu1) {
+        let input = &ids[..64];
+        let want = cpu1.teacher_forced_logits(input).expect("cpu");
+        let got = vk.teacher_forced_logits(input).expect("vulkan");
+        let differ: Vec<usize> = (0..64).filter(|&p| want[p * vocab..(p + 1) * vocab].iter().zip(&got[p * vocab..(p + 1) * vocab]).any(|(a, b)| a.to_bits() != b.to_bits())).collect();
+        eprintln!("vulkan exact {name:>10}: {} of 64 positions differ in any logit bit", differ.len());
+        assert!(differ.is_empty(), "{name}: positions {differ:?} differ from the CPU's logits");
+    }
+    // Qwen2's graph (Q/K/V biases, NeoX RoPE), 64- and 128-wide heads (7 query heads per KV head,
+    // as Qwen2.5-7B), Q4_K and Q4_0 weights, 100 positions (several blocks of 64 in attention).
+    use strata_model::synth::{shape_by_name, write_synthetic_model, SynthOptions};
+    let dir = std::env::temp_dir().join(format!("strata-vulkan-exact-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    for (shape, ty) in [("tiny-qwen2", strata_quant::GgmlType::Q4_0), ("tiny-qwen2-hd128", strata_quant::GgmlType::Q4_K)] {
+        let path = dir.join(format!("{shape}.gguf"));
+        write_synthetic_model(&path, &SynthOptions { shape: shape_by_name(shape).expect("known shape"), ty, seed: 7, threads: 2 }, &mut |_, _| {}).expect("synthetic model");
+        let model = Arc::new(LoadedModel::load(&path).expect("the synthetic model loads"));
+        let vocab = model.hparams.vocab_size;
+        let tokens: Vec<u32> = (0..100u32).map(|i| (i * 7919 + 13) % vocab as u32).collect();
+        let want = engine_with_ubatch(&model, DeviceKind::Cpu, DeviceKind::Cpu, 1).teacher_forced_logits(&tokens).expect("cpu");
+        let got = engine_with_ubatch(&model, DeviceKind::Vulkan(i), DeviceKind::Vulkan(i), 1).teacher_forced_logits(&tokens).expect("vulkan");
+        let differ = want.iter().zip(&got).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+        eprintln!("vulkan exact {shape} {ty}: {differ} of {} logits differ", want.len());
+        assert_eq!(differ, 0, "{shape} {ty}: {differ} logits differ from the CPU's");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -186,6 +186,7 @@ fn every_key_set() -> Config {
             prefill: d.devices.prefill,
             decode: d.devices.decode,
             prefill_min_tokens: d.devices.prefill_min_tokens,
+            vulkan_exact: d.devices.vulkan_exact,
         },
         batching: BatchingConfig {
             prefill_chunk: d.batching.prefill_chunk,

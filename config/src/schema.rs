@@ -206,6 +206,9 @@ pub struct DevicesConfig {
     /// `prefill_min_tokens`: prompts shorter than this (in tokens, after prefix reuse) are prefilled
     /// on the decode device: the split does not pay for them. Default `1024`.
     pub prefill_min_tokens: usize,
+    /// `vulkan_exact`: Vulkan computes the CPU device's (llama.cpp's) logits bit for bit in
+    /// decode steps, at about half the decode speed. Default `false`.
+    pub vulkan_exact: bool,
 }
 
 impl Default for DevicesConfig {
@@ -214,6 +217,7 @@ impl Default for DevicesConfig {
             prefill: DeviceSpec::Auto,
             decode: DeviceSpec::Auto,
             prefill_min_tokens: 1024,
+            vulkan_exact: false,
         }
     }
 }

@@ -27,10 +27,10 @@ fn backends() -> Vec<Box<dyn OpBackend>> {
     let mut v: Vec<Box<dyn OpBackend>> = vec![Box::new(CpuOps::new(Kernels::best()))];
     let devices = strata_gpu::vulkan::list_devices().unwrap_or_default();
     for d in devices.iter().filter(|d| d.usable) {
-        let ctx = VulkanContext::with_options(d.index, ContextOptions { integer_dot_product: true }).expect("a listed Vulkan device opens");
+        let ctx = VulkanContext::with_options(d.index, ContextOptions { integer_dot_product: true, exact: false }).expect("a listed Vulkan device opens");
         v.push(Box::new(VulkanOps::new(&ctx).expect("ops")));
         if d.integer_dot_product {
-            let ctx = VulkanContext::with_options(d.index, ContextOptions { integer_dot_product: false }).expect("a listed Vulkan device opens");
+            let ctx = VulkanContext::with_options(d.index, ContextOptions { integer_dot_product: false, exact: false }).expect("a listed Vulkan device opens");
             v.push(Box::new(VulkanOps::new(&ctx).expect("ops")));
         }
     }
@@ -141,6 +141,42 @@ fn vulkan_products_equal_the_cpu_products() {
                     let e = nmse(&got, &want);
                     assert!(e < bound, "{} matmul {ty} {rows}x{cols} n={n}: nmse {e:e} against the CPU", b.name());
                 }
+            }
+        }
+    }
+}
+
+/// In the exact mode, the integer products of decode-sized steps compute the CPU device's bits: Q4_0, Q4_1 and
+/// Q8_0 as every CPU level does (ggml's x86 arithmetic), Q4_K as the AVX-512 level does (the
+/// level a GPU host runs; skipped on a CPU without it). Awkward row counts, widths that are not
+/// multiples of the lanes' loads ahead, and token counts that leave a pass partly empty.
+#[test]
+fn vulkan_integer_products_compute_the_cpu_bits() {
+    let devices = strata_gpu::vulkan::list_devices().unwrap_or_default();
+    let Some(d) = devices.iter().find(|d| d.usable) else {
+        assert!(!require_vulkan(), "no Vulkan device");
+        return;
+    };
+    let ctx = VulkanContext::with_options(d.index, ContextOptions { integer_dot_product: true, exact: true }).expect("open");
+    if !ctx.exact() {
+        return;
+    }
+    let mut vk = VulkanOps::new(&ctx).expect("ops");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(33);
+    for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_K] {
+        let level = if ty == GgmlType::Q4_K { strata_quant::SimdLevel::Avx512Vnni } else { strata_quant::SimdLevel::Scalar };
+        let Some(kernels) = Kernels::with_level(level) else { continue };
+        let mut cpu = CpuOps::new(kernels);
+        let widths = if ty.block_elems() == 256 { [256, 256 * 19] } else { [96, 32 * 301] };
+        for cols in widths {
+            let rows = 37;
+            let (wq, _) = quantized(ty, &random(&mut rng, rows * cols, 1.0), cols);
+            for n in [1usize, 3, 4, 13] {
+                let x = random(&mut rng, n * cols, 1.0);
+                let want = cpu.matmul(ty, &wq, rows, cols, &x, n).expect("cpu matmul");
+                let got = vk.matmul(ty, &wq, rows, cols, &x, n).expect("vulkan matmul");
+                let differ = got.iter().zip(&want).filter(|(g, w)| g.to_bits() != w.to_bits()).count();
+                assert_eq!(differ, 0, "{ty} {rows}x{cols} n={n}: {differ} of {} outputs differ from the CPU's bits (first, ours vs the CPU's: {:?})", want.len(), got.iter().zip(&want).find(|(g, w)| g.to_bits() != w.to_bits()));
             }
         }
     }

@@ -45,6 +45,9 @@ pub struct CompareArgs {
     /// Top-1 agreement bar, as a fraction of the positions.
     #[arg(long, default_value_t = 62.0 / 64.0)]
     min_top1: f64,
+    /// Also print each compared position's KL and largest logit difference.
+    #[arg(long)]
+    per_position: bool,
 }
 
 pub fn run(args: CompareArgs) -> Result<ExitCode> {
@@ -63,27 +66,35 @@ pub fn run(args: CompareArgs) -> Result<ExitCode> {
     let model = super::load_model(&args.model)?;
     let total = args.prompt_tokens + args.positions;
     let cells = (total + 16).next_multiple_of(16);
-    let opts = EngineOptions { threads: args.threads, max_context: total + 1, n_cells: cells, ubatch: 64, max_outputs: 64, prefill_device: device, decode_device: device, prefill_min_tokens: usize::MAX, max_seqs: 1, ..Default::default() };
+    // Both devices take the same steps: the CPU's arithmetic (llama.cpp's) sums a step of one
+    // token per sequence in another order than a step of many.
+    let opts = EngineOptions { threads: args.threads, max_context: total + 1, n_cells: cells, ubatch: args.ubatch as usize, max_outputs: 64, prefill_device: device, decode_device: device, prefill_min_tokens: usize::MAX, max_seqs: 1, ..Default::default() };
     let mut cpu = Engine::new_cpu(model.clone(), opts.clone()).context("the CPU device")?;
-    let mut dev = Engine::new(model.clone(), EngineOptions { simd, ubatch: args.ubatch as usize, ..opts }).with_context(|| format!("device {device}"))?;
+    let mut dev = Engine::new(model.clone(), EngineOptions { simd, ..opts }).with_context(|| format!("device {device}"))?;
     let vocab = model.hparams.vocab_size;
     let mut rng = Rng::new(args.seed);
     let tokens: Vec<u32> = (0..total).map(|_| (rng.next_u64() % vocab as u64) as u32).collect();
     let want = cpu.teacher_forced_logits(&tokens).context("CPU forward")?;
     let got = dev.teacher_forced_logits(&tokens).with_context(|| format!("{device} forward"))?;
     let (mut a, mut b) = (Vec::new(), Vec::new());
-    let (mut kl_sum, mut agree) = (0.0f64, 0usize);
+    let (mut kl_sum, mut agree, mut identical) = (0.0f64, 0usize, 0usize);
     for i in args.prompt_tokens..total {
+        identical += usize::from(want[i * vocab..(i + 1) * vocab].iter().zip(&got[i * vocab..(i + 1) * vocab]).all(|(x, y)| x.to_bits() == y.to_bits()));
         log_softmax(&want[i * vocab..(i + 1) * vocab], &mut a);
         log_softmax(&got[i * vocab..(i + 1) * vocab], &mut b);
-        kl_sum += a.iter().zip(&b).map(|(&p, &q)| (p as f64).exp() * (p as f64 - q as f64)).sum::<f64>();
+        let kl = a.iter().zip(&b).map(|(&p, &q)| (p as f64).exp() * (p as f64 - q as f64)).sum::<f64>();
+        if args.per_position {
+            let max_diff = want[i * vocab..(i + 1) * vocab].iter().zip(&got[i * vocab..(i + 1) * vocab]).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+            println!("  position {i}: KL {kl:.3e} nats, largest logit difference {max_diff:.3e}");
+        }
+        kl_sum += kl;
         agree += usize::from(argmax(&a) == argmax(&b));
     }
     let kl = kl_sum / args.positions as f64;
     let top1 = agree as f64 / args.positions as f64;
     let pass = kl <= args.max_kl && top1 >= args.min_top1;
     println!(
-        "{device}{} vs cpu on {}: {} positions after a {}-token prompt, {} tokens per step: mean KL {kl:.6} nats (bar {}), top-1 {agree}/{} (bar {:.0}): {}",
+        "{device}{} vs cpu on {}: {} positions after a {}-token prompt, {} tokens per step: mean KL {kl:.6} nats (bar {}), top-1 {agree}/{} (bar {:.0}), logits bit-identical at {identical}: {}",
         args.device_simd.as_deref().map(|s| format!(" ({s} kernels)")).unwrap_or_default(),
         model.name,
         args.positions,

@@ -123,6 +123,7 @@ pub fn engine_options(config: &Config, model: &LoadedModel, single_sequence: boo
         prefill_device: DeviceKind::Cpu,
         decode_device: DeviceKind::Cpu,
         prefill_min_tokens: config.devices.prefill_min_tokens,
+        vulkan_exact: config.devices.vulkan_exact,
         max_seqs: if single_sequence { 1 } else { config.batching.max_seqs },
         kv_in_host_memory: config.kv.resident == strata_config::KvResidence::Host,
     }

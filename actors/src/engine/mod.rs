@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use strata_gpu::cpu::{CpuOptions, CpuPlan};
 use strata_gpu::kv_memory::HostKvMemory;
-use strata_gpu::vulkan::{KvSource, VulkanContext, VulkanOptions, VulkanPlan};
+use strata_gpu::vulkan::{ContextOptions, KvSource, VulkanContext, VulkanOptions, VulkanPlan};
 use strata_gpu::{DeviceError, DeviceKind, ForwardPlan, StepBatch};
 use strata_kv::{KvArena, KvError, KvLayout, KvShape, LayoutParams, Owner, SeqId};
 
@@ -44,6 +44,8 @@ pub struct EngineOptions {
     pub max_seqs: usize,
     /// Keep the KV arena in host memory even when both devices are the same GPU.
     pub kv_in_host_memory: bool,
+    /// Vulkan computes the CPU device's bits in decode steps (also `STRATA_VULKAN_EXACT=1`).
+    pub vulkan_exact: bool,
 }
 
 impl Default for EngineOptions {
@@ -61,6 +63,7 @@ impl Default for EngineOptions {
             prefill_min_tokens: 1024,
             max_seqs: 64,
             kv_in_host_memory: false,
+            vulkan_exact: false,
         }
     }
 }
@@ -205,6 +208,10 @@ impl Engine {
         params.block_size = opts.block_size as u32;
         let layout = KvLayout::compute(&params)?;
         let (prefill, decode) = (opts.prefill_device, opts.decode_device);
+        let vk_context = |i: u32| {
+            let defaults = ContextOptions::default();
+            VulkanContext::with_options(i, ContextOptions { exact: defaults.exact || opts.vulkan_exact, ..defaults })
+        };
         let vk_opts = || VulkanOptions { max_batch_tokens: opts.ubatch, max_outputs: opts.max_outputs, block_size: opts.block_size, max_context: opts.max_context, max_seqs: opts.max_seqs.max(1) };
         // Whether a GPU (not a CPU, nor a Vulkan driver running on the CPU) decodes.
         let mut gpu_decode = false;
@@ -213,13 +220,13 @@ impl Engine {
             (DeviceKind::Cpu, DeviceKind::Vulkan(i)) => {
                 let host = Arc::new(HostKvMemory::allocate_for(&layout)?);
                 let cpu = Self::cpu_plan(&model, &opts, host.clone())?;
-                let ctx = VulkanContext::new(i)?;
+                let ctx = vk_context(i)?;
                 gpu_decode = !ctx.info().is_cpu();
                 let vk = VulkanPlan::compile(&ctx, model.graph.clone(), &model.file, KvSource::ImportHost(host), vk_opts())?;
                 (Box::new(cpu), Some(Box::new(vk)))
             }
             (DeviceKind::Vulkan(a), DeviceKind::Vulkan(b)) if a == b => {
-                let ctx = VulkanContext::new(a)?;
+                let ctx = vk_context(a)?;
                 gpu_decode = !ctx.info().is_cpu();
                 let kv = if opts.kv_in_host_memory { KvSource::ImportHost(Arc::new(HostKvMemory::allocate_for(&layout)?)) } else { KvSource::Allocate(layout.clone()) };
                 (Box::new(VulkanPlan::compile(&ctx, model.graph.clone(), &model.file, kv, vk_opts())?), None)

@@ -46,6 +46,8 @@ pub struct DeviceInfo {
     /// Whether shaders may use integer dot products (`VK_KHR_shader_integer_dot_product` with its
     /// feature): the decode products then multiply 8-bit activations as integers.
     pub integer_dot_product: bool,
+    /// Whether shaders may use f64 arithmetic (`shaderFloat64`).
+    pub shader_float64: bool,
 }
 
 impl DeviceInfo {
@@ -80,11 +82,19 @@ pub struct ContextOptions {
     /// Use integer dot products where the device has them (the default; `STRATA_VULKAN_INT_DOT=0`
     /// turns them off, for comparisons and for drivers that get them wrong).
     pub integer_dot_product: bool,
+    /// Compute the CPU device's bits in decode-sized steps (`STRATA_VULKAN_EXACT=1`): the
+    /// integer products in the CPU's lane order, attention in ggml's summation orders, divisions,
+    /// square roots and fused multiply-adds rounded as the CPU's (through f64). Needs integer dot
+    /// products and shaderFloat64; slower (measured in BENCHMARKS.md).
+    pub exact: bool,
 }
 
 impl Default for ContextOptions {
     fn default() -> ContextOptions {
-        ContextOptions { integer_dot_product: std::env::var("STRATA_VULKAN_INT_DOT").map_or(true, |v| v != "0") }
+        ContextOptions {
+            integer_dot_product: std::env::var("STRATA_VULKAN_INT_DOT").map_or(true, |v| v != "0"),
+            exact: std::env::var("STRATA_VULKAN_EXACT").is_ok_and(|v| v == "1"),
+        }
     }
 }
 
@@ -103,6 +113,10 @@ pub struct VulkanContext {
     pub(crate) pipeline_stats: Option<ash::khr::pipeline_executable_properties::Device>,
     /// Whether the shaders use integer dot products on this device (enabled and asked for).
     pub(crate) integer_dot_product: bool,
+    /// Which builds of the kernels that have several this device runs.
+    pub(crate) variant: super::kernels::ShaderVariant,
+    /// Decode-sized steps compute the CPU device's bits ([`ContextOptions::exact`]).
+    pub(crate) exact: bool,
 }
 
 fn load_entry() -> Result<ash::Entry, DeviceError> {
@@ -176,6 +190,7 @@ fn describe(instance: &ash::Instance, index: u32, pd: vk::PhysicalDevice) -> Res
         timestamp_period_ns: props.limits.timestamp_period,
         usable,
         integer_dot_product,
+        shader_float64: core.shader_float64 == vk::TRUE,
     })
 }
 
@@ -256,7 +271,19 @@ impl VulkanContext {
         }
         let mut dot_features = vk::PhysicalDeviceShaderIntegerDotProductFeatures::default().shader_integer_dot_product(true);
         let mut stats_features = vk::PhysicalDevicePipelineExecutablePropertiesFeaturesKHR::default().pipeline_executable_info(true);
-        let features = vk::PhysicalDeviceFeatures::default().shader_int64(true).shader_int16(true);
+        // The exact mode rounds divisions and square roots through f64, and on llvmpipe
+        // (lavapipe), whose NIR lowers `ffma` into a multiply and an add, fused multiply-adds
+        // too.
+        let exact = options.exact && integer_dot_product && info.shader_float64;
+        if options.exact && !exact {
+            tracing::warn!(device = %name, "the exact mode needs integer dot products and shaderFloat64; running the fast kernels");
+        }
+        let variant = match (exact, info.is_cpu()) {
+            (false, _) => super::kernels::ShaderVariant::Native,
+            (true, false) => super::kernels::ShaderVariant::F64,
+            (true, true) => super::kernels::ShaderVariant::F64Fma,
+        };
+        let features = vk::PhysicalDeviceFeatures::default().shader_int64(true).shader_int16(true).shader_float64(exact);
         let mut f11 = vk::PhysicalDeviceVulkan11Features::default().storage_buffer16_bit_access(true);
         let mut f12 = vk::PhysicalDeviceVulkan12Features::default().buffer_device_address(true).shader_float16(true).shader_int8(true).storage_buffer8_bit_access(true).timeline_semaphore(true);
         let mut create = vk::DeviceCreateInfo::default().queue_create_infos(&queues).enabled_extension_names(&extensions).enabled_features(&features).push_next(&mut f11).push_next(&mut f12);
@@ -277,7 +304,7 @@ impl VulkanContext {
         let memory_fd = info.has(EXT_EXTERNAL_MEMORY_FD).then(|| ash::khr::external_memory_fd::Device::new(instance, &device));
         let pipeline_stats = has_stats.then(|| ash::khr::pipeline_executable_properties::Device::new(instance, &device));
         tracing::info!(device = %name, gpu = %info.name, driver = %info.driver, subgroup = info.subgroup_size, integer_dot_product, "Vulkan device opened");
-        Ok(VulkanContext { _entry: entry, instance: instance.clone(), device, queue, queue_family, info, memory_properties, host_import, memory_fd, pipeline_stats, integer_dot_product })
+        Ok(VulkanContext { _entry: entry, instance: instance.clone(), device, queue, queue_family, info, memory_properties, host_import, memory_fd, pipeline_stats, integer_dot_product, variant, exact })
     }
 
     /// The device's description.
@@ -288,6 +315,16 @@ impl VulkanContext {
     /// Whether the decode products multiply 8-bit activations with integer dot products here.
     pub fn uses_integer_dot_product(&self) -> bool {
         self.integer_dot_product
+    }
+
+    /// Whether decode-sized steps compute the CPU device's bits here (asked for, and possible).
+    pub fn exact(&self) -> bool {
+        self.exact
+    }
+
+    /// Which builds of the kernels that have several this device runs.
+    pub(crate) fn shader_variant(&self) -> super::kernels::ShaderVariant {
+        self.variant
     }
 
     /// `vulkan:N`.

@@ -37,6 +37,10 @@ pub enum Kernel {
     MatVecInt1(WeightFormat, u8),
     /// The same for up to four tokens per pass (batched decode).
     MatVecInt(WeightFormat),
+    /// The integer kernel that computes the CPU device's bits (Q4_0, Q4_1, Q8_0, Q4_K): `nt`
+    /// tokens per pass (1 or 4), each lane loading `unroll` blocks ahead (1, 2, 4 or 8; 1 or 2
+    /// with 4 tokens).
+    MatVecExact { format: WeightFormat, nt: u8, unroll: u8 },
     /// Tiled matrix product for many tokens (prefill).
     MatMul(WeightFormat),
     /// Embedding-row gather.
@@ -50,6 +54,8 @@ pub enum Kernel {
     /// Attention for decode-sized steps: a workgroup per query head and split.
     AttentionDecode,
     AttentionCombine,
+    /// Attention of one query per workgroup in the CPU device's arithmetic (the exact mode).
+    AttentionExact,
     SwiGlu,
     Add,
     SelectRows,
@@ -131,16 +137,70 @@ macro_rules! per_int_format {
     };
 }
 
+/// The CPU-exact builds exist for the 32-element block formats and Q4_K; each also in a build
+/// whose fused multiply-adds go through f64 (`$f64`).
+macro_rules! per_exact_format {
+    ($f:expr, $kernel:literal, $f64:expr) => {
+        match ($f, $f64) {
+            (WeightFormat::Q4_0, false) => spv!($kernel, "_q4_0"),
+            (WeightFormat::Q4_1, false) => spv!($kernel, "_q4_1"),
+            (WeightFormat::Q8_0, false) => spv!($kernel, "_q8_0"),
+            (WeightFormat::Q4_K, false) => spv!($kernel, "_q4_k"),
+            (WeightFormat::Q4_0, true) => spv!($kernel, "_q4_0_f64fma"),
+            (WeightFormat::Q4_1, true) => spv!($kernel, "_q4_1_f64fma"),
+            (WeightFormat::Q8_0, true) => spv!($kernel, "_q8_0_f64fma"),
+            (WeightFormat::Q4_K, true) => spv!($kernel, "_q4_k_f64fma"),
+            (WeightFormat::Q6_K | WeightFormat::F32 | WeightFormat::F16, _) => &[],
+        }
+    };
+}
+
+/// Which build of a kernel a device runs, where a kernel has several (build.rs,
+/// ROUNDING_BUILDS; shaders/common.glsl's `div_rn`, `sqrt_rn`, `fma_once`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ShaderVariant {
+    /// The shaders' own division, square root and `fma`.
+    #[default]
+    Native,
+    /// Divisions and square roots through f64, rounded as the CPU's (the device has
+    /// shaderFloat64).
+    F64,
+    /// Fused multiply-adds through f64 too (the device's `fma` rounds twice).
+    F64Fma,
+}
+
+impl ShaderVariant {
+    fn fma_via_f64(self) -> bool {
+        self == ShaderVariant::F64Fma
+    }
+}
+
+/// A kernel with rounding builds (`$name`, `$name` + "_f64", `$name` + "_f64fma").
+macro_rules! rounding {
+    ($name:literal, $v:expr) => {
+        match $v {
+            ShaderVariant::Native => spv!($name),
+            ShaderVariant::F64 => spv!($name, "_f64"),
+            ShaderVariant::F64Fma => spv!($name, "_f64fma"),
+        }
+    };
+}
+
 impl WeightFormat {
     /// Whether the integer-dot-product kernels read this format.
     pub fn has_int_kernel(self) -> bool {
         !matches!(self, WeightFormat::F32 | WeightFormat::F16)
     }
+
+    /// Whether matvec_exact.comp (the CPU's arithmetic) reads this format.
+    pub fn has_exact_kernel(self) -> bool {
+        matches!(self, WeightFormat::Q4_0 | WeightFormat::Q4_1 | WeightFormat::Q8_0 | WeightFormat::Q4_K)
+    }
 }
 
 impl Kernel {
-    /// The compiled SPIR-V.
-    pub fn spirv(self) -> &'static [u8] {
+    /// The compiled SPIR-V of the build `v` selects.
+    pub fn spirv(self, v: ShaderVariant) -> &'static [u8] {
         match self {
             Kernel::MatVec1(f) => per_format!(f, "matvec1"),
             Kernel::MatVec(f) => per_format!(f, "matvec"),
@@ -149,29 +209,36 @@ impl Kernel {
             Kernel::MatVecInt1(f, 8) => per_int_format!(f, "matvec_q1_r8"),
             Kernel::MatVecInt1(f, _) => per_int_format!(f, "matvec_q1_r2"),
             Kernel::MatVecInt(f) => per_int_format!(f, "matvec_q4"),
+            Kernel::MatVecExact { format: f, nt: 1, unroll: 1 } => per_exact_format!(f, "matvec_exact_t1_u1", v.fma_via_f64()),
+            Kernel::MatVecExact { format: f, nt: 1, unroll: 2 } => per_exact_format!(f, "matvec_exact_t1_u2", v.fma_via_f64()),
+            Kernel::MatVecExact { format: f, nt: 1, unroll: 4 } => per_exact_format!(f, "matvec_exact_t1_u4", v.fma_via_f64()),
+            Kernel::MatVecExact { format: f, nt: 1, .. } => per_exact_format!(f, "matvec_exact_t1_u8", v.fma_via_f64()),
+            Kernel::MatVecExact { format: f, unroll: 1, .. } => per_exact_format!(f, "matvec_exact_t4_u1", v.fma_via_f64()),
+            Kernel::MatVecExact { format: f, .. } => per_exact_format!(f, "matvec_exact_t4_u2", v.fma_via_f64()),
             Kernel::MatMul(f) => per_format!(f, "matmul"),
             Kernel::Embed(f) => per_format!(f, "embed"),
             Kernel::RmsNorm => spv!("rms_norm"),
-            Kernel::Rope => spv!("rope"),
+            Kernel::Rope => rounding!("rope", v),
             Kernel::StoreKv => spv!("store_kv"),
-            Kernel::RopeStore => spv!("rope_store"),
+            Kernel::RopeStore => rounding!("rope_store", v),
             Kernel::Attention => spv!("attention"),
             Kernel::AttentionDecode => spv!("attention_decode"),
             Kernel::AttentionCombine => spv!("attention_combine"),
+            Kernel::AttentionExact => rounding!("attention_exact", v),
             Kernel::SwiGlu => spv!("swiglu"),
             Kernel::Add => spv!("add"),
             Kernel::SelectRows => spv!("select_rows"),
             Kernel::ReadBandwidth => spv!("read_bandwidth"),
-            Kernel::QuantizeAct(ActRounding::Q8_0) => spv!("quantize_act_q8_0"),
-            Kernel::QuantizeAct(ActRounding::Q8_K) => spv!("quantize_act_q8_k"),
-            Kernel::QuantizeActInt(ActRounding::Q8_0) => spv!("quantize_act_int_q8_0"),
-            Kernel::QuantizeActInt(ActRounding::Q8_K) => spv!("quantize_act_int_q8_k"),
-            Kernel::RmsNormInt(ActRounding::Q8_0) => spv!("rms_norm_int_q8_0"),
-            Kernel::RmsNormInt(ActRounding::Q8_K) => spv!("rms_norm_int_q8_k"),
-            Kernel::SwiGluInt(ActRounding::Q8_0) => spv!("swiglu_quantize_int_q8_0"),
-            Kernel::SwiGluInt(ActRounding::Q8_K) => spv!("swiglu_quantize_int_q8_k"),
-            Kernel::AttentionCombineInt(ActRounding::Q8_0) => spv!("combine_quantize_int_q8_0"),
-            Kernel::AttentionCombineInt(ActRounding::Q8_K) => spv!("combine_quantize_int_q8_k"),
+            Kernel::QuantizeAct(ActRounding::Q8_0) => rounding!("quantize_act_q8_0", v),
+            Kernel::QuantizeAct(ActRounding::Q8_K) => rounding!("quantize_act_q8_k", v),
+            Kernel::QuantizeActInt(ActRounding::Q8_0) => rounding!("quantize_act_int_q8_0", v),
+            Kernel::QuantizeActInt(ActRounding::Q8_K) => rounding!("quantize_act_int_q8_k", v),
+            Kernel::RmsNormInt(ActRounding::Q8_0) => rounding!("rms_norm_int_q8_0", v),
+            Kernel::RmsNormInt(ActRounding::Q8_K) => rounding!("rms_norm_int_q8_k", v),
+            Kernel::SwiGluInt(ActRounding::Q8_0) => rounding!("swiglu_quantize_int_q8_0", v),
+            Kernel::SwiGluInt(ActRounding::Q8_K) => rounding!("swiglu_quantize_int_q8_k", v),
+            Kernel::AttentionCombineInt(ActRounding::Q8_0) => rounding!("combine_quantize_int_q8_0", v),
+            Kernel::AttentionCombineInt(ActRounding::Q8_K) => rounding!("combine_quantize_int_q8_k", v),
         }
     }
 }
@@ -239,10 +306,11 @@ impl Pipelines {
             return Ok(p);
         }
         let name = self.ctx.name();
-        if k.spirv().is_empty() {
+        let spirv = k.spirv(self.ctx.shader_variant());
+        if spirv.is_empty() {
             return Err(DeviceError::Unsupported { device: name, what: format!("no build of {k:?}") });
         }
-        let words = ash::util::read_spv(&mut std::io::Cursor::new(k.spirv())).map_err(|e| DeviceError::Unsupported { device: name.clone(), what: format!("SPIR-V of {k:?}: {e}") })?;
+        let words = ash::util::read_spv(&mut std::io::Cursor::new(spirv)).map_err(|e| DeviceError::Unsupported { device: name.clone(), what: format!("SPIR-V of {k:?}: {e}") })?;
         let d = &self.ctx.device;
         // SAFETY: valid SPIR-V produced by glslc at build time.
         let module = unsafe { d.create_shader_module(&vk::ShaderModuleCreateInfo::default().code(&words), None) }.map_err(|e| vk_error(&name, "vkCreateShaderModule", e))?;

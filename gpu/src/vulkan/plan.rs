@@ -81,23 +81,52 @@ pub(crate) fn int_act_record(cols: usize) -> (usize, usize) {
     ((meta_offset + cols / 32 * 8).next_multiple_of(16), meta_offset)
 }
 
-/// Rows per workgroup of the one-token integer kernel: 2, or `STRATA_MATVEC_ROWS` (1, 2, 4 or 8),
-/// a tuning knob read once.
+/// Rows per workgroup of the one-token item kernel (matvec_q.comp): 2, or
+/// `STRATA_MATVEC_ROWS` (1, 2, 4 or 8), a tuning knob read once.
 fn int_rows_per_group() -> u8 {
     static ROWS: std::sync::OnceLock<u8> = std::sync::OnceLock::new();
     *ROWS.get_or_init(|| std::env::var("STRATA_MATVEC_ROWS").ok().and_then(|v| v.parse().ok()).filter(|r| [1u8, 2, 4, 8].contains(r)).unwrap_or(2))
 }
 
-/// The integer kernel and workgroup counts of a product of a `rows`-row weight with `n_tokens`
-/// activation records (at most [`INT_MAX_TOKENS`]).
-pub(crate) fn int_product_dispatch(format: WeightFormat, rows: usize, n_tokens: usize) -> (Kernel, [u32; 3]) {
-    if n_tokens == 1 {
+/// Blocks each lane of matvec_exact.comp loads ahead: `STRATA_MATVEC_UNROLL` (1, 2, 4 or 8) if
+/// set, else more where few lanes share the product (long rows, few of them: each lane must
+/// keep many loads in flight).
+fn exact_unroll(lanes_total: usize, n_tokens: usize) -> u8 {
+    static UNROLL: std::sync::OnceLock<Option<u8>> = std::sync::OnceLock::new();
+    let knob = *UNROLL.get_or_init(|| std::env::var("STRATA_MATVEC_UNROLL").ok().and_then(|v| v.parse().ok()).filter(|r| [1u8, 2, 4, 8].contains(r)));
+    let unroll = knob.unwrap_or(if lanes_total >= 1 << 17 { 2 } else { 8 });
+    if n_tokens > 1 { unroll.min(2) } else { unroll }
+}
+
+/// The integer kernel and workgroup counts of a product of a `rows`-row weight with
+/// `n_tokens` activation records (at most [`INT_MAX_TOKENS`]).
+/// In the exact mode ([`VulkanContext::exact`]) the formats that have it take matvec_exact.comp
+/// (the CPU's lane order), others matvec_q.comp.
+pub(crate) fn int_product_dispatch(ctx: &VulkanContext, format: WeightFormat, rows: usize, n_tokens: usize) -> (Kernel, [u32; 3]) {
+    if format.has_exact_kernel() && ctx.exact {
+        // 128 invocations per workgroup, 16 (Q4_K) or 8 lanes per row (matvec_exact.comp).
+        let lanes = if format == WeightFormat::Q4_K { 16 } else { 8 };
+        let nt = if n_tokens == 1 { 1 } else { 4 };
+        let unroll = exact_unroll(rows * lanes, n_tokens);
+        (Kernel::MatVecExact { format, nt, unroll }, [rows.div_ceil(128 / lanes) as u32, n_tokens.div_ceil(nt as usize) as u32, 1])
+    } else if n_tokens > 1 {
+        (Kernel::MatVecInt(format), [rows.div_ceil(2) as u32, n_tokens.div_ceil(4) as u32, 1])
+    } else {
         let per_group = int_rows_per_group();
         (Kernel::MatVecInt1(format, per_group), [rows.div_ceil(per_group as usize) as u32, 1, 1])
-    } else {
-        (Kernel::MatVecInt(format), [rows.div_ceil(2) as u32, n_tokens.div_ceil(4) as u32, 1])
     }
 }
+
+/// Floats of attention_exact.comp's scratch per (token, head): scores, then chunk sums.
+fn exact_scratch_stride(max_context: usize) -> usize {
+    max_context + max_context.div_ceil(16)
+}
+
+/// Whether attention_exact.comp takes a head of `head_dim` (multiples of 64 up to 128).
+fn exact_attention_fits(head_dim: usize) -> bool {
+    head_dim.is_multiple_of(64) && head_dim <= 128
+}
+
 /// Positions per attention split at least (a workgroup walks them in tiles of 128): 64, or
 /// `STRATA_ATTENTION_SPLIT` (16, 32, 64 or 128), a tuning knob read once. Shorter splits make
 /// more workgroups for one decoded token (H200, 7B shape at context 512, decode t/s: 220 with
@@ -394,7 +423,10 @@ impl VulkanPlan {
         };
         let split_budget = opts.max_batch_tokens.max(8192);
         let mut sizes: Vec<u64> = graph.buffers.iter().map(|b| (rows_of(b.rows) * b.width * 4) as u64).collect();
-        sizes.push((split_budget * hp.n_heads * (hp.head_dim + 2) * 4) as u64);
+        // The split results of attention, or in the exact mode its scores (a context's length and
+        // its 16-position chunk sums per token and head).
+        let exact_scratch = if ctx.exact { opts.max_batch_tokens.min(INT_MAX_TOKENS) * hp.n_heads * exact_scratch_stride(opts.max_context) } else { 0 };
+        sizes.push(((split_budget * hp.n_heads * (hp.head_dim + 2)).max(exact_scratch) * 4) as u64);
         let half = hp.rope_dims / 2;
         sizes.push((opts.max_context * 2 * half * 4) as u64);
         let widest_input = graph.ops.iter().filter_map(|op| if let Op::MatMul { input, .. } = op { Some(graph.buffer(*input).width) } else { None }).max().unwrap_or(0);
@@ -552,7 +584,7 @@ impl VulkanPlan {
         };
         let device = self.ctx.device.clone();
         let (graph, weights, bufs, kv, ctx) = (&self.graph, &self.weights, &self.bufs, &self.kv, &self.ctx);
-        let (partial, rope_table, block_size, rounded) = (self.partial, self.rope_table, self.opts.block_size, self.rounded);
+        let (partial, rope_table, block_size, rounded, max_context) = (self.partial, self.rope_table, self.opts.block_size, self.rounded, self.opts.max_context);
         let addr_of = |id: BufId| bufs[id.0 as usize].address;
         let params_buffer = self.params_device.buffer;
         let (params_host, params_bytes) = (self.params.buffer, (pl.total * 4) as u64);
@@ -661,7 +693,7 @@ impl VulkanPlan {
                                 .u32(graph.buffer(out).width as u32)
                                 .u32(meta_offset as u32)
                                 .u32(accumulate);
-                            let (kernel, groups) = int_product_dispatch(w.layout.format, w.rows, rows_in);
+                            let (kernel, groups) = int_product_dispatch(ctx, w.layout.format, w.rows, rows_in);
                             rec.dispatch(kernel, &push, groups)?;
                         } else {
                             let push = Push::new().addr(w.address).addr(w.aux()).addr(x).addr(addr_of(p.out)).addr(bias).u32(w.rows as u32).u32(w.cols as u32).u32(rows_in as u32).u32(x_stride).u32(graph.buffer(p.out).width as u32);
@@ -732,26 +764,19 @@ impl VulkanPlan {
                         .u32(n as u32);
                     rec.dispatch(Kernel::StoreKv, &push, [(n * width).div_ceil(64) as u32, 1, 1])?;
                 }
+                Op::Attention { layer, q, out } if ctx.exact && n <= INT_MAX_TOKENS && exact_attention_fits(hp.head_dim) => {
+                    // The CPU's arithmetic, written straight to `out` (the product after it
+                    // quantizes its input itself).
+                    let (kc, vc, stride) = kv_addresses(ctx, kv, *layer)?;
+                    let push = attention_push(graph, *q, [addr_of(*q), partial.address, kc, vc, p_pos, p_seq, p_toff, p_tables, addr_of(*out)], stride, block_size)
+                        .u32(graph.buffer(*out).width as u32)
+                        .u32(n as u32)
+                        .u32(exact_scratch_stride(max_context) as u32);
+                    rec.dispatch(Kernel::AttentionExact, &push, [hp.n_heads as u32, n as u32, 1])?;
+                }
                 Op::Attention { layer, q, out } => {
                     let (kc, vc, stride) = kv_addresses(ctx, kv, *layer)?;
-                    let q_stride = graph.buffer(*q).width as u32;
-                    let push = Push::new()
-                        .addr(addr_of(*q))
-                        .addr(partial.address)
-                        .addr(kc)
-                        .addr(vc)
-                        .addr(p_pos)
-                        .addr(p_seq)
-                        .addr(p_toff)
-                        .addr(p_tables)
-                        .addr(p_header)
-                        .u32(hp.n_heads as u32)
-                        .u32(hp.n_kv_heads as u32)
-                        .u32(hp.head_dim as u32)
-                        .u32(q_stride)
-                        .u32((stride / 2) as u32)
-                        .u32(block_size as u32)
-                        .f32(graph.attention_scale);
+                    let push = attention_push(graph, *q, [addr_of(*q), partial.address, kc, vc, p_pos, p_seq, p_toff, p_tables, p_header], stride, block_size);
                     if n <= INT_MAX_TOKENS && per_head_decode_attention() {
                         rec.dispatch_indirect(Kernel::AttentionDecode, &push, params_buffer, (HEADER_ATTENTION_DECODE_ARGS * 4) as u64)?;
                     } else {
@@ -819,7 +844,7 @@ fn readback_kind() -> MemoryKind {
 /// Elements per row at most of the RMSNorm that also quantizes (shaders/rms_norm_q.comp, MAX_ROW),
 /// and the shared memory it declares.
 const RMS_NORM_INT_MAX_ROW: usize = 6144;
-const RMS_NORM_INT_SHARED_BYTES: u32 = (512 + RMS_NORM_INT_MAX_ROW as u32 / 4 * 3 + RMS_NORM_INT_MAX_ROW as u32 / 32 * 2) * 4;
+const RMS_NORM_INT_SHARED_BYTES: u32 = (2 * 512 + RMS_NORM_INT_MAX_ROW as u32 / 4 * 3 + RMS_NORM_INT_MAX_ROW as u32 / 32 * 2) * 4;
 
 /// Whether the quantizing RMSNorm (shaders/rms_norm_q.comp) takes rows of `width` elements
 /// rounded as `r`: a row its registers and shared memory hold, whole blocks, a 512-wide workgroup.
@@ -874,6 +899,23 @@ fn only_added(ops: &[Op], buf: BufId) -> bool {
         Op::SwiGlu { gate, up, .. } => *gate != buf && *up != buf,
         Op::Embed { .. } => true,
     })
+}
+
+/// The push constants every attention kernel starts with: `addresses` (the query, its scratch —
+/// split results or scores —, K, V, the step's positions, sequences, table offsets and block
+/// tables, then one address of the kernel's own), then the attention geometry.
+fn attention_push(graph: &ForwardGraph, q: BufId, addresses: [u64; 9], kv_row_bytes: u64, block_size: usize) -> Push {
+    let hp = &graph.hparams;
+    addresses
+        .iter()
+        .fold(Push::new(), |p, &a| p.addr(a))
+        .u32(hp.n_heads as u32)
+        .u32(hp.n_kv_heads as u32)
+        .u32(hp.head_dim as u32)
+        .u32(graph.buffer(q).width as u32)
+        .u32((kv_row_bytes / 2) as u32)
+        .u32(block_size as u32)
+        .f32(graph.attention_scale)
 }
 
 /// Device addresses of `layer`'s K and V tensors in the arena, and their row stride in bytes.

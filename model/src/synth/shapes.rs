@@ -42,6 +42,7 @@ pub struct SynthShape {
 const NAMES: &[&str] = &[
     "tiny",
     "tiny-qwen2",
+    "tiny-qwen2-hd128",
     "tiny-qwen3",
     "smollm2-135m",
     "qwen2.5-0.5b",
@@ -96,6 +97,14 @@ pub fn shape_by_name(name: &str) -> Option<SynthShape> {
             tied_embeddings: true,
             tokenizer_pre: "qwen2",
             ..s(Qwen2, 2, 256, 512, 4, 2, 64, 1024)
+        },
+        // Qwen2.5-7B's head geometry (128-wide heads, 7 query heads per KV head) at test size.
+        "tiny-qwen2-hd128" => SynthShape {
+            context_length: 2048,
+            rope_base: 1e6,
+            rms_eps: 1e-6,
+            tokenizer_pre: "qwen2",
+            ..s(Qwen2, 2, 896, 1024, 7, 1, 128, 1024)
         },
         "tiny-qwen3" => SynthShape {
             context_length: 2048,

@@ -70,7 +70,7 @@ void main() {
         [[unroll]] for (uint u = 0; u < 8; u++) {
             uint i = i0 + u * WG;
             if (i < group * hd) {
-                qs[i] = float(float16_t(qv[u]));
+                qs[i] = f16_rne(qv[u]);
             }
         }
     }

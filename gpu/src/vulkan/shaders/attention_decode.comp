@@ -63,7 +63,7 @@ void main() {
 
     // The query, rounded to f16 as the CPU device (and ggml) does before meeting the f16 cache.
     for (uint d = tid; d < hd; d += WG) {
-        qs[d] = float(float16_t(F32s(pc.q).v[t * pc.q_stride + h * hd + d]));
+        qs[d] = f16_rne(F32s(pc.q).v[t * pc.q_stride + h * hd + d]);
     }
     // K: invocation tid takes position tid % TILE of the tile and half tid / TILE of its row
     // (row vectors of 8 halves: the first ceil(n/2) vectors, or the rest).

@@ -15,28 +15,85 @@ layout(buffer_reference, std430, buffer_reference_align = 4) buffer U32s { uint 
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer U32x4s { uvec4 v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 1) buffer U8s { uint8_t v[]; };
 
+// a / b and sqrt(a) rounded once, as the CPU computes them: Vulkan lets a division or square root
+// be off by a few ulps (llvmpipe's division is), which moves an 8-bit activation a whole step
+// now and then. F64 builds compute them in f64 (both correctly rounded there; rounding the f64
+// result to f32 is then exact for the square root, and for the division but once in ~2^29).
+float div_rn(float a, float b) {
+#if defined(F64)
+    return float(double(a) / double(b));
+#else
+    return a / b;
+#endif
+}
+
+float sqrt_rn(float a) {
+#if defined(F64)
+    return float(sqrt(double(a)));
+#else
+    return sqrt(a);
+#endif
+}
+
+// x rounded to the nearest f16 value, ties to even, as the CPU converts (Vulkan leaves the
+// rounding of a conversion to f16 to the implementation). In integers: a floating-point trick
+// such as (|x| + 2^(e+13)) - 2^(e+13) was folded away by a driver's vectorizer even when
+// `precise`. Significand bits below f16's last place are rounded off in the f32 bit pattern
+// (13 of them from 2^-14 up, one more per binade below: f16's subnormals); a carry moves the
+// exponent as it should.
+float f16_rne(float x) {
+    uint b = floatBitsToUint(x);
+    uint sign = b & 0x80000000u;
+    uint a = b & 0x7FFFFFFFu;
+    if (a >= 0x477FF000u) {
+        // From 65520 up (and infinity) to infinity; NaN stays NaN.
+        return a > 0x7F800000u ? x : uintBitsToFloat(sign | 0x7F800000u);
+    }
+    uint e = a >> 23;
+    if (e <= 102u) {
+        // Below 2^-24, f16's smallest step: above half of it rounds up to it, the rest to zero.
+        return uintBitsToFloat(sign | (a > 0x33000000u ? 0x33800000u : 0u));
+    }
+    uint drop = 13u + uint(max(113 - int(e), 0));
+    uint r = a + (1u << (drop - 1u)) - 1u + ((a >> drop) & 1u);
+    return uintBitsToFloat(sign | (r & ~((1u << drop) - 1u)));
+}
+
+// a * b + c rounded once, as the CPU's FMA. Vulkan lets `fma` round twice (its precision is that
+// of a multiply and an add), and llvmpipe's does; FMA_F64 builds compute it in f64, where every
+// product of two f32 values is exact, so only the sum rounds (to f64, then to f32: a double
+// rounding that differs from one rounding once in ~2^29 sums).
+float fma_once(float a, float b, float c) {
+#if defined(FMA_F64)
+    return float(double(a) * double(b) + double(c));
+#else
+    precise float r = fma(a, b, c);
+    return r;
+#endif
+}
+
 // ggml's vectorized expf (AVX-512 build), which the CPU device computes bit for bit
 // (strata-quant's ggml_float::v_expf): range reduction by ln 2, a degree-5 polynomial, 2^n.
 // `precise`: compilers may otherwise fold `(x*c + shift) - shift` into `x*c` (Mesa does), which
 // drops the rounding to an integer this relies on.
 float ggml_expf(float x) {
     const float shift = 12582912.0;
-    precise float z = fma(x, uintBitsToFloat(0x3fb8aa3bu), shift);
+    precise float z = fma_once(x, uintBitsToFloat(0x3fb8aa3bu), shift);
     precise float n = z - shift;
-    precise float b = fma(-n, uintBitsToFloat(0x35bfbe8eu), fma(-n, uintBitsToFloat(0x3f317200u), x));
+    precise float b = fma_once(-n, uintBitsToFloat(0x35bfbe8eu), fma_once(-n, uintBitsToFloat(0x3f317200u), x));
     if (abs(n) > 192.0) {
         return n <= 0.0 ? 0.0 : uintBitsToFloat(0x7f800000u);
     }
     precise float u = b * b;
-    precise float j = fma(fma(fma(uintBitsToFloat(0x3c072010u), b, uintBitsToFloat(0x3d2b9f17u)), u,
-                      fma(uintBitsToFloat(0x3e2aaf33u), b, uintBitsToFloat(0x3efffedbu))),
-                  u, fma(uintBitsToFloat(0x3f7ffff6u), b, 1.0));
+    precise float j = fma_once(fma_once(fma_once(uintBitsToFloat(0x3c072010u), b, uintBitsToFloat(0x3d2b9f17u)), u,
+                               fma_once(uintBitsToFloat(0x3e2aaf33u), b, uintBitsToFloat(0x3efffedbu))),
+                      u, fma_once(uintBitsToFloat(0x3f7ffff6u), b, 1.0));
     return ldexp(j, int(n));
 }
 
 // ggml's SiLU, x / (1 + expf(-x)), as the CPU device computes it.
 float ggml_silu(float x) {
-    return x / (1.0 + ggml_expf(0.0 - x));
+    return div_rn(x, 1.0 + ggml_expf(0.0 - x));
 }
 
 // The KV cell of position `pos` of the sequence whose block table starts at `table_offset`.

@@ -102,18 +102,18 @@ void main() {
         q = 0;
         d = 0.0;
     } else {
-        float iscale = -127.0 / sv[first];
+        float iscale = div_rn(-127.0, sv[first]);
         q = int(min(roundEven(iscale * v), 127.0));
-        d = 1.0 / iscale;
+        d = div_rn(1.0, iscale);
     }
 #else
-    float dd = amax / 127.0;
-    float id = amax != 0.0 ? 127.0 / amax : 0.0;
+    float dd = div_rn(amax, 127.0);
+    float id = amax != 0.0 ? div_rn(127.0, amax) : 0.0;
     q = int(roundEven(v * id));
 #ifdef INT_OUT
     d = dd;
 #else
-    d = float(float16_t(dd));
+    d = f16_rne(dd);
 #endif
 #endif
 #ifdef INT_OUT

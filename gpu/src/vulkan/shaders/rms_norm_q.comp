@@ -33,7 +33,11 @@ layout(push_constant) uniform Push {
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer Vec4s { vec4 v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 8) buffer U32x2s { uvec2 v[]; };
 
+#if defined(F64)
+shared double red[WG];
+#else
 shared float red[WG];
+#endif
 // Per word: its first largest magnitude and that element's signed value; its quant sum.
 shared float word_amax[MAX_ROW / 4];
 shared float word_signed[MAX_ROW / 4];
@@ -57,6 +61,27 @@ void main() {
         xv[k] = word < n_words ? x.v[word] : vec4(0.0);
         wv[k] = word < n_words ? w.v[word] : vec4(0.0);
     }
+#if defined(F64)
+    // As the CPU: each square rounded to f32, summed in f64 (in another order: the f64 sum then
+    // rounds to the same f32 mean but in ~2^-28 of rows), the mean rounded to f32.
+    double s = 0.0lf;
+    [[unroll]] for (uint k = 0; k < WORDS; k++) {
+        [[unroll]] for (uint e = 0; e < 4; e++) {
+            precise float sq = xv[k][e] * xv[k][e];
+            s += double(sq);
+        }
+    }
+    s = subgroupAdd(s);
+    if (subgroupElect()) {
+        red[gl_SubgroupID] = s;
+    }
+    barrier();
+    double total = 0.0lf;
+    for (uint k = 0; k < gl_NumSubgroups; k++) {
+        total += red[k];
+    }
+    float mean = float(total / double(pc.width));
+#else
     float s = 0.0;
     [[unroll]] for (uint k = 0; k < WORDS; k++) {
         s += xv[k].x * xv[k].x + xv[k].y * xv[k].y + xv[k].z * xv[k].z + xv[k].w * xv[k].w;
@@ -70,11 +95,16 @@ void main() {
     for (uint k = 0; k < gl_NumSubgroups; k++) {
         total += red[k];
     }
-    float scale = 1.0 / sqrt(total / float(pc.width) + pc.eps);
+    float mean = total / float(pc.width);
+#endif
+    precise float m_eps = mean + pc.eps;
+    float scale = div_rn(1.0, sqrt_rn(m_eps));
     vec4 v[WORDS];
     [[unroll]] for (uint k = 0; k < WORDS; k++) {
         uint word = tid + k * WG;
-        v[k] = xv[k] * scale * wv[k];
+        precise vec4 scaled = xv[k] * scale;
+        precise vec4 weighted = scaled * wv[k];
+        v[k] = weighted;
         if (word < n_words) {
             o.v[word] = v[k];
             // The word's first largest magnitude, in element order (the CPU quantizer's rule).
@@ -121,10 +151,10 @@ void main() {
                     max_signed = block_signed[first + j];
                 }
             }
-            float iscale = amax == 0.0 ? 0.0 : -127.0 / max_signed;
+            float iscale = amax == 0.0 ? 0.0 : div_rn(-127.0, max_signed);
 #else
             float amax = block_amax[b];
-            float id = amax != 0.0 ? 127.0 / amax : 0.0;
+            float id = amax != 0.0 ? div_rn(127.0, amax) : 0.0;
 #endif
             uint packed = 0;
             int isum = 0;
@@ -153,9 +183,9 @@ void main() {
                 max_signed = block_signed[first + j];
             }
         }
-        float d = amax == 0.0 ? 0.0 : 1.0 / (-127.0 / max_signed);
+        float d = amax == 0.0 ? 0.0 : div_rn(1.0, div_rn(-127.0, max_signed));
 #else
-        float d = block_amax[b] / 127.0;
+        float d = div_rn(block_amax[b], 127.0);
 #endif
         int isum = 0;
         for (uint k = 0; k < 8; k++) {

@@ -37,8 +37,8 @@ void main() {
     float a = x.v[ia];
     float b = x.v[ib];
     // The CPU device's (and ggml's x86) fusing of the rotation.
-    precise float ra = fma(a, c, -(b * s));
-    precise float rb = fma(a, s, b * c);
+    precise float ra = fma_once(a, c, -(b * s));
+    precise float rb = fma_once(a, s, b * c);
     x.v[ia] = ra;
     x.v[ib] = rb;
 }

@@ -59,14 +59,14 @@ void main() {
         float a = x.v[base + oa];
         float b = x.v[base + ob];
         // The CPU device's (and ggml's x86) fusing of the rotation.
-        precise float ra = fma(a, c, -(b * s));
-        precise float rb = fma(a, s, b * c);
+        precise float ra = fma_once(a, c, -(b * s));
+        precise float rb = fma_once(a, s, b * c);
         x.v[base + oa] = ra;
         x.v[base + ob] = rb;
         if (is_k) {
             uint at = cell_of(t) * pc.row_stride + h * pc.head_dim;
-            F16s(pc.k_cache).v[at + oa] = float16_t(ra);
-            F16s(pc.k_cache).v[at + ob] = float16_t(rb);
+            F16s(pc.k_cache).v[at + oa] = float16_t(f16_rne(ra));
+            F16s(pc.k_cache).v[at + ob] = float16_t(f16_rne(rb));
         }
         return;
     }
@@ -77,8 +77,8 @@ void main() {
     uint t = g / kv_width;
     uint e = g % kv_width;
     uint at = cell_of(t) * pc.row_stride + e;
-    F16s(pc.v_cache).v[at] = float16_t(F32s(pc.v).v[t * kv_width + e]);
+    F16s(pc.v_cache).v[at] = float16_t(f16_rne(F32s(pc.v).v[t * kv_width + e]));
     if (e % pc.head_dim >= 2 * pc.half_dims) {
-        F16s(pc.k_cache).v[at] = float16_t(F32s(pc.k).v[t * kv_width + e]);
+        F16s(pc.k_cache).v[at] = float16_t(f16_rne(F32s(pc.k).v[t * kv_width + e]));
     }
 }

@@ -30,6 +30,6 @@ void main() {
     uint pos = U32s(pc.positions).v[t];
     uint seq = U32s(pc.seq_of_token).v[t];
     uint cell = kv_cell(U32s(pc.tables), U32s(pc.table_offsets).v[seq], pos, pc.block_size);
-    F16s(pc.k_cache).v[cell * pc.row_stride + e] = float16_t(F32s(pc.k).v[t * pc.width + e]);
-    F16s(pc.v_cache).v[cell * pc.row_stride + e] = float16_t(F32s(pc.v).v[t * pc.width + e]);
+    F16s(pc.k_cache).v[cell * pc.row_stride + e] = float16_t(f16_rne(F32s(pc.k).v[t * pc.width + e]));
+    F16s(pc.v_cache).v[cell * pc.row_stride + e] = float16_t(f16_rne(F32s(pc.v).v[t * pc.width + e]));
 }
