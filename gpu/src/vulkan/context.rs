@@ -72,7 +72,10 @@ impl std::fmt::Display for DeviceInfo {
         }
         writeln!(f, "  subgroup size {}, max allocation {} MiB, max storage range {} MiB, shared memory {} KiB", self.subgroup_size, self.max_allocation_bytes >> 20, self.max_storage_buffer_range >> 20, self.max_shared_memory_bytes >> 10)?;
         let ext: Vec<String> = self.extensions.iter().map(|(n, on)| format!("{n}: {}", if *on { "yes" } else { "no" })).collect();
-        write!(f, "  {}", ext.join(", "))
+        writeln!(f, "  {}", ext.join(", "))?;
+        // The exact mode (devices.vulkan_exact) needs both.
+        let yes = |b: bool| if b { "yes" } else { "no" };
+        write!(f, "  exact mode: {} (integer dot products {}, shaderFloat64 {})", yes(self.integer_dot_product && self.shader_float64), yes(self.integer_dot_product), yes(self.shader_float64))
     }
 }
 
