@@ -117,9 +117,12 @@ pub(crate) fn int_product_dispatch(ctx: &VulkanContext, format: WeightFormat, ro
     }
 }
 
-/// Floats of attention_exact.comp's scratch per (token, head): scores, then chunk sums.
-fn exact_scratch_stride(max_context: usize) -> usize {
-    max_context + max_context.div_ceil(16)
+/// attention_exact.comp's scratch per (token, head), in floats: scores (then weights) for the
+/// context, its 16-position chunk sums, 64 value rows of up to 128 dimensions. Returns (floats,
+/// where the chunk sums start, where the rows start).
+fn exact_scratch_layout(max_context: usize) -> (usize, usize, usize) {
+    let rows_offset = max_context + max_context.div_ceil(16);
+    (rows_offset + 64 * 128, max_context, rows_offset)
 }
 
 /// Whether attention_exact.comp takes a head of `head_dim` (multiples of 64 up to 128).
@@ -425,7 +428,7 @@ impl VulkanPlan {
         let mut sizes: Vec<u64> = graph.buffers.iter().map(|b| (rows_of(b.rows) * b.width * 4) as u64).collect();
         // The split results of attention, or in the exact mode its scores (a context's length and
         // its 16-position chunk sums per token and head).
-        let exact_scratch = if ctx.exact { opts.max_batch_tokens.min(INT_MAX_TOKENS) * hp.n_heads * exact_scratch_stride(opts.max_context) } else { 0 };
+        let exact_scratch = if ctx.exact { opts.max_batch_tokens.min(INT_MAX_TOKENS) * hp.n_heads * exact_scratch_layout(opts.max_context).0 } else { 0 };
         sizes.push(((split_budget * hp.n_heads * (hp.head_dim + 2)).max(exact_scratch) * 4) as u64);
         let half = hp.rope_dims / 2;
         sizes.push((opts.max_context * 2 * half * 4) as u64);
@@ -768,11 +771,20 @@ impl VulkanPlan {
                     // The CPU's arithmetic, written straight to `out` (the product after it
                     // quantizes its input itself).
                     let (kc, vc, stride) = kv_addresses(ctx, kv, *layer)?;
+                    let (scratch_stride, chunk_offset, rows_offset) = exact_scratch_layout(max_context);
                     let push = attention_push(graph, *q, [addr_of(*q), partial.address, kc, vc, p_pos, p_seq, p_toff, p_tables, addr_of(*out)], stride, block_size)
                         .u32(graph.buffer(*out).width as u32)
                         .u32(n as u32)
-                        .u32(exact_scratch_stride(max_context) as u32);
-                    rec.dispatch(Kernel::AttentionExact, &push, [hp.n_heads as u32, n as u32, 1])?;
+                        .u32(scratch_stride as u32)
+                        .u32(chunk_offset as u32)
+                        .u32(rows_offset as u32);
+                    // Scores and weights; the value rows, 8 per workgroup; their reduction.
+                    for (phase, row_groups) in [(0u32, 1u32), (1, 8), (2, 1)] {
+                        if phase > 0 {
+                            rec.barrier();
+                        }
+                        rec.dispatch(Kernel::AttentionExact, &push.clone().u32(phase), [hp.n_heads as u32, n as u32, row_groups])?;
+                    }
                 }
                 Op::Attention { layer, q, out } => {
                     let (kc, vc, stride) = kv_addresses(ctx, kv, *layer)?;

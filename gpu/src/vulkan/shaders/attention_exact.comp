@@ -6,8 +6,10 @@
 // accumulator over chunks of 16 when it holds several); ggml's softmax (its expf, the
 // exponentials' 16-wide chunk sums added in f64 in order, the weights rounded to f16); the
 // values summed into 64 (or 16) accumulator rows, position j into row j % rows, reduced as the
-// CPU does. Scores and exponentials go through a scratch area of the context's length per
-// (token, head). Head dimensions: multiples of 64, at most 128.
+// CPU does. Three dispatches (`phase`): scores, softmax and weights per (token, head); the value
+// rows, a workgroup per (token, head, 8 rows), each row a chain over its positions in order;
+// their reduction into the output. Scores, weights, chunk sums and rows live in a scratch area
+// per (token, head). Head dimensions: multiples of 64, at most 128.
 #include "common.glsl"
 
 #define WG 128
@@ -34,14 +36,17 @@ layout(push_constant) uniform Push {
     float scale;
     uint out_stride;
     uint n_tokens;
-    // Floats of scratch per (token, head).
+    // Floats of scratch per (token, head), and where its chunk sums and value rows start.
     uint scratch_stride;
+    uint chunk_offset;
+    uint rows_offset;
+    // 0: scores, softmax, weights; 1: the value rows (a workgroup per group of 8 rows);
+    // 2: the rows' reduction into the output.
+    uint phase;
 } pc;
 
 shared float qs[MAX_HD];
 shared float red[WG];
-shared float w_tile[64];
-shared uint cell_tile[64];
 shared float inv_sum;
 
 // GCC's _mm512_reduce_add_ps: halves, quarters, then pairs.
@@ -76,7 +81,61 @@ void main() {
     barrier();
     F32s sc = F32s(pc.scratch + uint64_t((t * pc.n_heads + h) * pc.scratch_stride) * 4);
     uint n_chunks = (len + 15) / 16;
-    F32s chunk_sums = F32s(pc.scratch + (uint64_t((t * pc.n_heads + h) * pc.scratch_stride) + pc.scratch_stride - n_chunks) * 4);
+    uint64_t base = pc.scratch + uint64_t((t * pc.n_heads + h) * pc.scratch_stride) * 4;
+    F32s chunk_sums = F32s(base + uint64_t(pc.chunk_offset) * 4);
+    F32s value_rows = F32s(base + uint64_t(pc.rows_offset) * 4);
+    // Position j's accumulator row: j % rows.
+    uint rows = prefill ? 16 : 64;
+    if (pc.phase == 1) {
+        // Rows 8g .. 8g + 7, each a chain over its positions in order; invocation d owns
+        // dimension d. Eight chains at once, four positions of each loaded ahead.
+        uint g = gl_WorkGroupID.z;
+        if (tid >= hd || 8 * g >= rows) {
+            return;
+        }
+        F16s vc = F16s(pc.v_cache);
+        float acc[8];
+        [[unroll]] for (uint k = 0; k < 8; k++) {
+            acc[k] = 0.0;
+        }
+        for (uint j0 = 8 * g; j0 < len; j0 += 4 * rows) {
+            float w[4][8];
+            float v[4][8];
+            [[unroll]] for (uint c = 0; c < 4; c++) {
+                [[unroll]] for (uint k = 0; k < 8; k++) {
+                    uint j = j0 + c * rows + k;
+                    bool in_row = j < len;
+                    w[c][k] = in_row ? sc.v[j] : 0.0;
+                    uint cell = in_row ? kv_cell(tables, table_offset, j, pc.block_size) : 0;
+                    v[c][k] = in_row ? float(vc.v[cell * pc.row_stride + kvh * hd + tid]) : 0.0;
+                }
+            }
+            [[unroll]] for (uint c = 0; c < 4; c++) {
+                [[unroll]] for (uint k = 0; k < 8; k++) {
+                    if (j0 + c * rows + k < len) {
+                        // f16 times f16 is exact in f32: fused or not alike.
+                        precise float a = w[c][k] * v[c][k] + acc[k];
+                        acc[k] = a;
+                    }
+                }
+            }
+        }
+        [[unroll]] for (uint k = 0; k < 8; k++) {
+            value_rows.v[(8 * g + k) * hd + tid] = acc[k];
+        }
+        return;
+    }
+    if (pc.phase == 2) {
+        if (tid < hd) {
+            float x[16];
+            [[unroll]] for (uint l = 0; l < 16; l++) {
+                x[l] = prefill ? value_rows.v[l * hd + tid]
+                               : (value_rows.v[l * hd + tid] + value_rows.v[(32 + l) * hd + tid]) + (value_rows.v[(16 + l) * hd + tid] + value_rows.v[(48 + l) * hd + tid]);
+            }
+            F32s(pc.out_).v[t * pc.out_stride + h * hd + tid] = reduce16(x);
+        }
+        return;
+    }
     U32x4s kc = U32x4s(pc.k_cache);
 
     // Scores.
@@ -159,58 +218,10 @@ void main() {
         inv_sum = float(1.0lf / sum);
     }
     barrier();
+    // The weights, rounded to f16 as the CPU rounds them before they meet the f16 cache.
     float inv = inv_sum;
-    // Values: invocation d owns dimension d's accumulator rows.
-    float acc[64];
-    [[unroll]] for (uint r = 0; r < 64; r++) {
-        acc[r] = 0.0;
-    }
-    F16s vc = F16s(pc.v_cache);
-    for (uint j0 = 0; j0 < len; j0 += 64) {
-        if (tid < 64) {
-            uint j = j0 + tid;
-            float w = 0.0;
-            uint cell = 0;
-            if (j < len) {
-                precise float p = sc.v[j] * inv;
-                w = f16_rne(p);
-                cell = kv_cell(tables, table_offset, j, pc.block_size);
-            }
-            w_tile[tid] = w;
-            cell_tile[tid] = cell;
-        }
-        barrier();
-        if (tid < hd) {
-            uint n = min(64, len - j0);
-            float v[64];
-            [[unroll]] for (uint r = 0; r < 64; r++) {
-                v[r] = r < n ? float(vc.v[cell_tile[r] * pc.row_stride + kvh * hd + tid]) : 0.0;
-            }
-            // Position j0 + r goes into row (j0 + r) % rows (j0 is a multiple of 64); products
-            // of two f16 values are exact in f32, so fused or not alike.
-            if (prefill) {
-                [[unroll]] for (uint r = 0; r < 64; r++) {
-                    if (r < n) {
-                        precise float a = w_tile[r] * v[r] + acc[r % 16];
-                        acc[r % 16] = a;
-                    }
-                }
-            } else {
-                [[unroll]] for (uint r = 0; r < 64; r++) {
-                    if (r < n) {
-                        precise float a = w_tile[r] * v[r] + acc[r];
-                        acc[r] = a;
-                    }
-                }
-            }
-        }
-        barrier();
-    }
-    if (tid < hd) {
-        float x[16];
-        [[unroll]] for (uint l = 0; l < 16; l++) {
-            x[l] = prefill ? acc[l] : (acc[l] + acc[32 + l]) + (acc[16 + l] + acc[48 + l]);
-        }
-        F32s(pc.out_).v[t * pc.out_stride + h * hd + tid] = reduce16(x);
+    for (uint j = tid; j < len; j += WG) {
+        precise float p = sc.v[j] * inv;
+        sc.v[j] = f16_rne(p);
     }
 }
