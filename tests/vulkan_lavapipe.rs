@@ -32,6 +32,14 @@ fn engine_with_ubatch(model: &Arc<LoadedModel>, prefill: DeviceKind, decode: Dev
 
 /// Four texts (prose, code, arithmetic, chat), each at least 65 tokens: the first 64 are
 /// teacher-forced.
+/// A synthetic model of `shape` written into `dir` and loaded.
+fn synthetic_model(dir: &std::path::Path, shape: &str, ty: strata_quant::GgmlType, seed: u64) -> Arc<LoadedModel> {
+    use strata_model::synth::{shape_by_name, write_synthetic_model, SynthOptions};
+    let path = dir.join(format!("{shape}-{ty}.gguf"));
+    write_synthetic_model(&path, &SynthOptions { shape: shape_by_name(shape).expect("known shape"), ty, seed, threads: 2 }, &mut |_, _| {}).expect("synthetic model");
+    Arc::new(LoadedModel::load(&path).expect("the synthetic model loads"))
+}
+
 fn sequences(engine: &Engine) -> Vec<(String, Vec<u32>)> {
     let tok = engine.model().tokenizer.clone();
     let texts = [
@@ -136,13 +144,10 @@ fn vulkan_exact_mode_computes_the_cpu_logits_bit_for_bit() {
     }
     // Qwen2's graph (Q/K/V biases, NeoX RoPE), 64- and 128-wide heads (7 query heads per KV head,
     // as Qwen2.5-7B), Q4_K and Q4_0 weights, 100 positions (several blocks of 64 in attention).
-    use strata_model::synth::{shape_by_name, write_synthetic_model, SynthOptions};
     let dir = std::env::temp_dir().join(format!("strata-vulkan-exact-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     for (shape, ty) in [("tiny-qwen2", strata_quant::GgmlType::Q4_0), ("tiny-qwen2-hd128", strata_quant::GgmlType::Q4_K)] {
-        let path = dir.join(format!("{shape}.gguf"));
-        write_synthetic_model(&path, &SynthOptions { shape: shape_by_name(shape).expect("known shape"), ty, seed: 7, threads: 2 }, &mut |_, _| {}).expect("synthetic model");
-        let model = Arc::new(LoadedModel::load(&path).expect("the synthetic model loads"));
+        let model = synthetic_model(&dir, shape, ty, 7);
         let vocab = model.hparams.vocab_size;
         let tokens: Vec<u32> = (0..100u32).map(|i| (i * 7919 + 13) % vocab as u32).collect();
         let want = engine_with_ubatch(&model, DeviceKind::Cpu, DeviceKind::Cpu, 1).teacher_forced_logits(&tokens).expect("cpu");
@@ -208,15 +213,11 @@ fn calibrate_cpu_kernel_levels() {
 /// random weights' flat distributions make top-1 a coin toss at near-ties, so it is not held).
 #[test]
 fn vulkan_runs_the_qwen2_and_qwen3_graphs_like_the_cpu() {
-    use strata_model::synth::{shape_by_name, write_synthetic_model, SynthOptions};
     let Some(i) = vulkan_index() else { return };
     let dir = std::env::temp_dir().join(format!("strata-vulkan-qwen-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     for shape in ["tiny-qwen2", "tiny-qwen3"] {
-        let path = dir.join(format!("{shape}.gguf"));
-        let opts = SynthOptions { shape: shape_by_name(shape).expect("known shape"), ty: strata_quant::GgmlType::Q4_K, seed: 42, threads: 2 };
-        write_synthetic_model(&path, &opts, &mut |_, _| {}).expect("synthetic model");
-        let model = Arc::new(LoadedModel::load(&path).expect("the synthetic model loads"));
+        let model = synthetic_model(&dir, shape, strata_quant::GgmlType::Q4_K, 42);
         let vocab = model.hparams.vocab_size;
         let mut state = 0x9e37_79b9_7f4a_7c15u64;
         let tokens: Vec<u32> = (0..128)

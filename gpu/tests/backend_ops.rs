@@ -42,13 +42,17 @@ fn backends() -> Vec<Box<dyn OpBackend>> {
 
 /// The ops of the first usable Vulkan device; `None` (a skip) without one, unless one is required.
 fn first_vulkan_ops() -> Option<VulkanOps> {
+    first_vulkan_context(ContextOptions::default()).map(|ctx| VulkanOps::new(&ctx).expect("ops"))
+}
+
+/// The first usable Vulkan device opened with `options`; `None` as [`first_vulkan_ops`].
+fn first_vulkan_context(options: ContextOptions) -> Option<Arc<VulkanContext>> {
     let devices = strata_gpu::vulkan::list_devices().unwrap_or_default();
     let Some(d) = devices.iter().find(|d| d.usable) else {
         assert!(!require_vulkan(), "no Vulkan device");
         return None;
     };
-    let ctx = VulkanContext::new(d.index).expect("open");
-    Some(VulkanOps::new(&ctx).expect("ops"))
+    Some(VulkanContext::with_options(d.index, options).expect("open"))
 }
 
 fn nmse(got: &[f32], want: &[f64]) -> f64 {
@@ -152,12 +156,7 @@ fn vulkan_products_equal_the_cpu_products() {
 /// multiples of the lanes' loads ahead, and token counts that leave a pass partly empty.
 #[test]
 fn vulkan_integer_products_compute_the_cpu_bits() {
-    let devices = strata_gpu::vulkan::list_devices().unwrap_or_default();
-    let Some(d) = devices.iter().find(|d| d.usable) else {
-        assert!(!require_vulkan(), "no Vulkan device");
-        return;
-    };
-    let ctx = VulkanContext::with_options(d.index, ContextOptions { integer_dot_product: true, exact: true }).expect("open");
+    let Some(ctx) = first_vulkan_context(ContextOptions { integer_dot_product: true, exact: true }) else { return };
     if !ctx.exact() {
         return;
     }

@@ -33,11 +33,13 @@ layout(push_constant) uniform Push {
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer Vec4s { vec4 v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 8) buffer U32x2s { uvec2 v[]; };
 
+// The sum of squares' type: f64 as the CPU's in F64 builds.
 #if defined(F64)
-shared double red[WG];
+#define SUM_T double
 #else
-shared float red[WG];
+#define SUM_T float
 #endif
+shared SUM_T red[WG];
 // Per word: its first largest magnitude and that element's signed value; its quant sum.
 shared float word_amax[MAX_ROW / 4];
 shared float word_signed[MAX_ROW / 4];
@@ -71,32 +73,22 @@ void main() {
             s += double(sq);
         }
     }
-    s = subgroupAdd(s);
-    if (subgroupElect()) {
-        red[gl_SubgroupID] = s;
-    }
-    barrier();
-    double total = 0.0lf;
-    for (uint k = 0; k < gl_NumSubgroups; k++) {
-        total += red[k];
-    }
-    float mean = float(total / double(pc.width));
 #else
     float s = 0.0;
     [[unroll]] for (uint k = 0; k < WORDS; k++) {
         s += xv[k].x * xv[k].x + xv[k].y * xv[k].y + xv[k].z * xv[k].z + xv[k].w * xv[k].w;
     }
+#endif
     s = subgroupAdd(s);
     if (subgroupElect()) {
         red[gl_SubgroupID] = s;
     }
     barrier();
-    float total = 0.0;
+    SUM_T total = SUM_T(0);
     for (uint k = 0; k < gl_NumSubgroups; k++) {
         total += red[k];
     }
-    float mean = total / float(pc.width);
-#endif
+    float mean = float(total / SUM_T(pc.width));
     precise float m_eps = mean + pc.eps;
     float scale = div_rn(1.0, sqrt_rn(m_eps));
     vec4 v[WORDS];
