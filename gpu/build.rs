@@ -43,6 +43,11 @@ fn main() {
             compile_with(&glslc, "quantize_act", &format!("combine_quantize_int_{act}{suffix}"), &with(&[define, "INT_OUT", "COMBINE"]), &out);
             compile_with(&glslc, "rms_norm_q", &format!("rms_norm_int_{act}{suffix}"), &with(&[define]), &out);
         }
+        for (act, define) in [("q8_0", "ACT_Q8_0"), ("q8_k", "ACT_Q8_K")] {
+            if defines.is_empty() {
+                compile_with(&glslc, "attention_decode", &format!("attention_decode_fused_{act}"), &["FUSED_COMBINE", define], &out);
+            }
+        }
         for name in ["rope", "rope_store", "attention_exact"] {
             compile_with(&glslc, name, &format!("{name}{suffix}"), defines, &out);
         }
@@ -53,6 +58,10 @@ fn main() {
             compile_with(&glslc, "matvec_q", &format!("matvec_q1_r{rows}_{}", ty.to_lowercase()), &[&t, "NT=1", &format!("ROWS={rows}")], &out);
         }
         compile_with(&glslc, "matvec_q", &format!("matvec_q4_{}", ty.to_lowercase()), &[&t, "NT=4", "ROWS=2"], &out);
+        compile_with(&glslc, "matvec_q", &format!("matvec_qkv_{}", ty.to_lowercase()), &[&t, "NT=1", "ROWS=2", "QKV_ROPE"], &out);
+        for (act, define) in [("q8_0", "ACT_Q8_0"), ("q8_k", "ACT_Q8_K")] {
+            compile_with(&glslc, "matvec_q", &format!("matvec_swiglu_{}_{act}", ty.to_lowercase()), &[&t, "NT=1", "ROWS=2", "SWIGLU_PAIR", define], &out);
+        }
     }
     for ty in EXACT_TYPES {
         for (nt, unroll) in EXACT_BUILDS {

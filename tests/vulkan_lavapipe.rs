@@ -159,6 +159,42 @@ fn vulkan_exact_mode_computes_the_cpu_logits_bit_for_bit() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The fused decode stages compute the bits of the separate kernels they replace: Q, K and V
+/// products with RoPE and the K/V store in their epilogues (the default); and the opt-in ones:
+/// gate and up with SwiGLU and the down projection's quantization, attention with the merge of
+/// its splits and the output projection's quantization (the last two by the last workgroup of
+/// each chunk, through atomic counters). On the default model (RoPE in adjacent pairs, no biases, Q8_0-style records) and
+/// Qwen2's graph (NeoX pairs, Q/K/V biases; 128-wide heads, 7 query heads per KV head; Q8_K
+/// records where a row is a multiple of 256 wide), 80 positions (several attention splits).
+#[test]
+fn vulkan_fused_decode_stages_compute_the_unfused_bits() {
+    let Some(i) = vulkan_index() else { return };
+    let dir = std::env::temp_dir().join(format!("strata-vulkan-fused-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let models = [
+        ("default", Arc::new(LoadedModel::load(&common::default_model()).expect("the default model loads"))),
+        ("tiny-qwen2-hd128", synthetic_model(&dir, "tiny-qwen2-hd128", strata_quant::GgmlType::Q4_K, 3)),
+        // Widths of multiples of 256: Q4_K everywhere, so Q8_K records (256-element blocks).
+        ("tiny-qwen2", synthetic_model(&dir, "tiny-qwen2", strata_quant::GgmlType::Q4_K, 5)),
+    ];
+    for (name, model) in models {
+        let vocab = model.hparams.vocab_size as u32;
+        let tokens: Vec<u32> = (0..80u32).map(|i| (i * 7919 + 13) % vocab).collect();
+        let run = |fused: bool| {
+            // nextest runs each test in a process of its own; the plan reads this when it records.
+            for knob in ["STRATA_VULKAN_FUSE_QKV", "STRATA_VULKAN_FUSE_SWIGLU_PRODUCT", "STRATA_VULKAN_FUSE_ATTENTION"] {
+                std::env::set_var(knob, if fused { "1" } else { "0" });
+            }
+            engine_with_ubatch(&model, DeviceKind::Vulkan(i), DeviceKind::Vulkan(i), 1).teacher_forced_logits(&tokens).expect("vulkan")
+        };
+        let (fused, separate) = (run(true), run(false));
+        let differ = fused.iter().zip(&separate).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+        eprintln!("{name}: {differ} of {} logits differ between the fused and the separate stages", fused.len());
+        assert_eq!(differ, 0, "{name}: the fused stages change {differ} logits");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn cpu_prefill_then_vulkan_decode_over_one_host_arena() {
     let Some(i) = vulkan_index() else { return };

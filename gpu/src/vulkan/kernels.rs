@@ -37,6 +37,12 @@ pub enum Kernel {
     MatVecInt1(WeightFormat, u8),
     /// The same for up to four tokens per pass (batched decode).
     MatVecInt(WeightFormat),
+    /// MatVecInt1 for one of a layer's Q, K and V projections with RoPE and the K/V store in its
+    /// epilogue (a workgroup per rotation pair; one decoding token).
+    MatVecIntRope(WeightFormat),
+    /// MatVecInt1 for a layer's gate and up projections (row i of each in a workgroup) with
+    /// SwiGLU and the quantization for the down projection in its epilogue (one decoding token).
+    MatVecIntSwiGlu(WeightFormat, ActRounding),
     /// The integer kernel that computes the CPU device's bits (Q4_0, Q4_1, Q8_0, Q4_K): `nt`
     /// tokens per pass (1 or 4), each lane loading `unroll` blocks ahead (1, 2, 4 or 8; 1 or 2
     /// with 4 tokens).
@@ -54,6 +60,9 @@ pub enum Kernel {
     /// Attention for decode-sized steps: a workgroup per query head and split.
     AttentionDecode,
     AttentionCombine,
+    /// AttentionDecode whose last workgroup per chunk of 256 outputs merges the splits and
+    /// quantizes them for the output projection (AttentionCombineInt's bits, one stage less).
+    AttentionDecodeFused(ActRounding),
     /// Attention of one query per workgroup in the CPU device's arithmetic (the exact mode).
     AttentionExact,
     SwiGlu,
@@ -126,12 +135,15 @@ macro_rules! per_format {
 /// so a pipeline error, never a wrong kernel).
 macro_rules! per_int_format {
     ($f:expr, $kernel:literal) => {
+        per_int_format!($f, $kernel, "")
+    };
+    ($f:expr, $kernel:literal, $suffix:literal) => {
         match $f {
-            WeightFormat::Q4_0 => spv!($kernel, "_q4_0"),
-            WeightFormat::Q4_1 => spv!($kernel, "_q4_1"),
-            WeightFormat::Q8_0 => spv!($kernel, "_q8_0"),
-            WeightFormat::Q4_K => spv!($kernel, "_q4_k"),
-            WeightFormat::Q6_K => spv!($kernel, "_q6_k"),
+            WeightFormat::Q4_0 => include_bytes!(concat!(env!("OUT_DIR"), "/", $kernel, "_q4_0", $suffix, ".spv")),
+            WeightFormat::Q4_1 => include_bytes!(concat!(env!("OUT_DIR"), "/", $kernel, "_q4_1", $suffix, ".spv")),
+            WeightFormat::Q8_0 => include_bytes!(concat!(env!("OUT_DIR"), "/", $kernel, "_q8_0", $suffix, ".spv")),
+            WeightFormat::Q4_K => include_bytes!(concat!(env!("OUT_DIR"), "/", $kernel, "_q4_k", $suffix, ".spv")),
+            WeightFormat::Q6_K => include_bytes!(concat!(env!("OUT_DIR"), "/", $kernel, "_q6_k", $suffix, ".spv")),
             WeightFormat::F32 | WeightFormat::F16 => &[],
         }
     };
@@ -209,6 +221,11 @@ impl Kernel {
             Kernel::MatVecInt1(f, 8) => per_int_format!(f, "matvec_q1_r8"),
             Kernel::MatVecInt1(f, _) => per_int_format!(f, "matvec_q1_r2"),
             Kernel::MatVecInt(f) => per_int_format!(f, "matvec_q4"),
+            Kernel::MatVecIntRope(f) => per_int_format!(f, "matvec_qkv"),
+            Kernel::MatVecIntSwiGlu(f, ActRounding::Q8_0) => per_int_format!(f, "matvec_swiglu", "_q8_0"),
+            Kernel::MatVecIntSwiGlu(f, ActRounding::Q8_K) => per_int_format!(f, "matvec_swiglu", "_q8_k"),
+            Kernel::AttentionDecodeFused(ActRounding::Q8_0) => spv!("attention_decode_fused_q8_0"),
+            Kernel::AttentionDecodeFused(ActRounding::Q8_K) => spv!("attention_decode_fused_q8_k"),
             Kernel::MatVecExact { format: f, nt: 1, unroll: 1 } => per_exact_format!(f, "matvec_exact_t1_u1", v.fma_via_f64()),
             Kernel::MatVecExact { format: f, nt: 1, unroll: 2 } => per_exact_format!(f, "matvec_exact_t1_u2", v.fma_via_f64()),
             Kernel::MatVecExact { format: f, nt: 1, unroll: 4 } => per_exact_format!(f, "matvec_exact_t1_u4", v.fma_via_f64()),
@@ -436,6 +453,17 @@ impl Recorder<'_> {
         unsafe {
             self.device.cmd_copy_buffer(self.cb, src, dst, &[vk::BufferCopy { src_offset: 0, dst_offset: 0, size: bytes }]);
             self.device.cmd_pipeline_barrier(self.cb, vk::PipelineStageFlags::TRANSFER, vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::DRAW_INDIRECT, vk::DependencyFlags::empty(), &[after], &[], &[]);
+        }
+    }
+
+    /// Zeroes `bytes` of `dst` from `offset` before every later shader access (the fused
+    /// epilogues' counters start each step at zero).
+    pub fn zero(&mut self, dst: vk::Buffer, offset: u64, bytes: u64) {
+        let after = vk::MemoryBarrier::default().src_access_mask(vk::AccessFlags::TRANSFER_WRITE).dst_access_mask(vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE);
+        // SAFETY: recording; the region lies inside `dst` and is a multiple of 4 bytes.
+        unsafe {
+            self.device.cmd_fill_buffer(self.cb, dst, offset, bytes, 0);
+            self.device.cmd_pipeline_barrier(self.cb, vk::PipelineStageFlags::TRANSFER, vk::PipelineStageFlags::COMPUTE_SHADER, vk::DependencyFlags::empty(), &[after], &[], &[]);
         }
     }
 

@@ -211,6 +211,11 @@ pub struct VulkanPlan {
     weights: Vec<Option<GpuWeight>>,
     bufs: Vec<Slice>,
     partial: Slice,
+    /// The fused epilogues' counters (one u32 per chunk of 256 outputs and token), zeroed at the
+    /// start of each step; each chunk's last workgroup resets its own.
+    counters: Slice,
+    /// 8-bit records an epilogue writes while its kernel still reads `rounded` (fused SwiGLU).
+    rounded_alt: Slice,
     rope_table: Slice,
     /// Rounded copies of a product's input, one per rounding (Q8_0-style, Q8_K-style).
     rounded: [Slice; 2],
@@ -438,7 +443,11 @@ impl VulkanPlan {
         let rounded_bytes = (rows_max * widest_input * 4).max(rows_max.min(INT_MAX_TOKENS) * int_act_record(widest_input).0) as u64;
         sizes.push(rounded_bytes);
         sizes.push(rounded_bytes);
+        sizes.push(rounded_bytes);
+        sizes.push(counter_bytes(&graph));
         let mut slices = arena.alloc_all(&sizes)?;
+        let counters = slices.pop().expect("allocated");
+        let rounded_alt = slices.pop().expect("allocated");
         let rounded_k = slices.pop().expect("allocated");
         let rounded_0 = slices.pop().expect("allocated");
         let rope_table = slices.pop().expect("allocated");
@@ -468,6 +477,8 @@ impl VulkanPlan {
             weights,
             bufs,
             partial,
+            counters,
+            rounded_alt,
             rope_table,
             rounded: [rounded_0, rounded_k],
             arena,
@@ -588,6 +599,8 @@ impl VulkanPlan {
         let device = self.ctx.device.clone();
         let (graph, weights, bufs, kv, ctx) = (&self.graph, &self.weights, &self.bufs, &self.kv, &self.ctx);
         let (partial, rope_table, block_size, rounded, max_context) = (self.partial, self.rope_table, self.opts.block_size, self.rounded, self.opts.max_context);
+        let (counters, rounded_alt) = (self.counters, self.rounded_alt);
+        let counters_buffer = self.arena.buffer(&counters);
         let addr_of = |id: BufId| bufs[id.0 as usize].address;
         let params_buffer = self.params_device.buffer;
         let (params_host, params_bytes) = (self.params.buffer, (pl.total * 4) as u64);
@@ -598,6 +611,7 @@ impl VulkanPlan {
         }
         let mut rec = Recorder { device: &device, cb, pipelines: &mut self.pipelines };
         rec.copy_in(params_host, params_buffer, params_bytes);
+        rec.zero(counters_buffer, counters.offset, counter_bytes(graph));
         if let Some((pool, _)) = profile_pool {
             rec.timestamp(pool, 0);
         }
@@ -606,7 +620,9 @@ impl VulkanPlan {
         // kernels); RoPE of Q and K and the K/V store are one dispatch.
         let mut skip_ops = 0usize;
         // Set by an RMSNorm that quantized its output for the product that follows.
-        let mut prequantized = false;
+        let mut prequantized: Option<u64> = None;
+        // Fused stages recorded (QKV with RoPE, gate/up with SwiGLU, attention with its merge).
+        let mut fused = [0usize; 3];
         for (op_index, op) in ops.iter().enumerate() {
             if skip_ops > 0 {
                 skip_ops -= 1;
@@ -635,7 +651,7 @@ impl VulkanPlan {
                             let (record_bytes, meta_offset) = int_act_record(width as usize);
                             let push = Push::new().addr(addr_of(*input)).addr(w).addr(addr_of(*out)).addr(rounded[r as usize].address).u32(width).u32(1).u32(width).u32(out_width).f32(hp.rms_eps).u32(record_bytes as u32).u32(meta_offset as u32);
                             rec.dispatch(Kernel::RmsNormInt(r), &push, [rows as u32, 1, 1])?;
-                            prequantized = true;
+                            prequantized = Some(rounded[r as usize].address);
                         }
                         None => {
                             let push = Push::new().addr(addr_of(*input)).addr(w).addr(addr_of(*out)).u32(width).u32(1).u32(width).u32(out_width).f32(hp.rms_eps);
@@ -658,7 +674,9 @@ impl VulkanPlan {
                     // Round the input once per rounding its projections need, as the CPU does.
                     let mut roundings: Vec<ActRounding> = outputs.iter().filter_map(|p| weights[p.weight.0 as usize].and_then(|w| ActRounding::for_format(w.layout.format))).collect();
                     roundings.dedup();
-                    if std::mem::take(&mut prequantized) {
+                    // Where this product's 8-bit input records are, when an op before wrote them.
+                    let records_at = prequantized.take();
+                    if records_at.is_some() {
                         // The RMSNorm before wrote the records (and a barrier followed it).
                         roundings.clear();
                     }
@@ -670,11 +688,70 @@ impl VulkanPlan {
                     if !roundings.is_empty() {
                         rec.barrier();
                     }
+                    if let Some((act, r)) = fused_swiglu(ctx, weights, ops, op_index, n) {
+                        // Gate and up with SwiGLU and the quantization for the down projection in
+                        // the epilogue: one stage instead of two.
+                        let [gate, up] = outputs.as_slice() else { unreachable!("checked by fused_swiglu") };
+                        let (Some(g), Some(u)) = (weights[gate.weight.0 as usize], weights[up.weight.0 as usize]) else { unreachable!("checked by fused_swiglu") };
+                        let (_, out_meta_offset) = int_act_record(g.rows);
+                        let push = Push::new()
+                            .addr(g.address)
+                            .addr(g.aux())
+                            .addr(u.address)
+                            .addr(u.aux())
+                            .addr(records_at.unwrap_or(rounded[ActRounding::for_format(g.layout.format).map_or(0, |r| r as usize)].address))
+                            .addr(addr_of(act))
+                            .addr(rounded_alt.address)
+                            .addr(counters.address)
+                            .u32(g.cols as u32)
+                            .u32(meta_offset as u32)
+                            .u32(g.rows as u32)
+                            .u32(out_meta_offset as u32);
+                        rec.dispatch(Kernel::MatVecIntSwiGlu(g.layout.format, r), &push, [g.rows as u32, 1, 1])?;
+                        // SwiGLU is done, and the down projection's input quantized (into the
+                        // spare records: the products' own input is still being read).
+                        skip_ops = 1;
+                        prequantized = Some(rounded_alt.address);
+                        fused[1] += 1;
+                    } else if let Some((q_buf, layer)) = fused_qkv_rope(ctx, graph, weights, ops, op_index, n) {
+                        // Q, K and V with RoPE and the K/V store in the products' epilogues: one
+                        // stage instead of two (the rotation pairs of a head in one workgroup).
+                        let (kc, vc, stride) = kv_addresses(ctx, kv, layer)?;
+                        for (mode, p) in outputs.iter().enumerate() {
+                            let w = weights[p.weight.0 as usize].ok_or_else(|| unsupported(ctx, "weight not uploaded".into()))?;
+                            let bias = p.bias.and_then(|b| weights[b.0 as usize]).map_or(0, |b| b.address);
+                            let rounding = ActRounding::for_format(w.layout.format).ok_or_else(|| unsupported(ctx, "fused QKV without 8-bit activations".into()))?;
+                            let out = [addr_of(q_buf), kc, vc][mode];
+                            let push = Push::new()
+                                .addr(w.address)
+                                .addr(w.aux())
+                                .addr(records_at.unwrap_or(rounded[rounding as usize].address))
+                                .addr(out)
+                                .addr(bias)
+                                .addr(rope_table.address)
+                                .addr(p_pos)
+                                .addr(p_seq)
+                                .addr(p_toff)
+                                .addr(p_tables)
+                                .u32(w.cols as u32)
+                                .u32(meta_offset as u32)
+                                .u32(mode as u32)
+                                .u32(hp.head_dim as u32)
+                                .u32((hp.rope_dims / 2) as u32)
+                                .u32(u32::from(graph.rope_style == RopeStyle::Neox))
+                                .u32((stride / 2) as u32)
+                                .u32(block_size as u32);
+                            rec.dispatch(Kernel::MatVecIntRope(w.layout.format), &push, [(w.rows / 2) as u32, 1, 1])?;
+                        }
+                        // Both RoPEs and the store.
+                        skip_ops = 3;
+                        fused[0] += 1;
+                    } else {
                     for p in outputs {
                         let w = weights[p.weight.0 as usize].ok_or_else(|| unsupported(ctx, "weight not uploaded".into()))?;
                         let bias = p.bias.and_then(|b| weights[b.0 as usize]).map_or(0, |b| b.address);
                         let rounding = ActRounding::for_format(w.layout.format);
-                        let x = rounding.map_or(addr_of(*input), |r| rounded[r as usize].address);
+                        let x = rounding.map_or(addr_of(*input), |r| records_at.unwrap_or(rounded[r as usize].address));
                         if rounding.is_some() && uses_int_product(ctx, w.layout.format, rows_in) {
                             // A lone projection whose output only feeds the next op's residual
                             // add is added into the residual stream by the product itself.
@@ -703,6 +780,7 @@ impl VulkanPlan {
                             let (kernel, push, groups) = product_dispatch(ctx, w.layout.format, w.rows, rows_in, push);
                             rec.dispatch(kernel, &push, groups)?;
                         }
+                    }
                     }
                 }
                 Op::Rope { buf: q_buf, n_heads: n_q_heads } if matches!((ops.get(op_index + 1), ops.get(op_index + 2)), (Some(Op::Rope { buf: k1, .. }), Some(Op::StoreKv { k: k2, .. })) if k1 == k2 && k1 != q_buf) => {
@@ -789,22 +867,44 @@ impl VulkanPlan {
                 Op::Attention { layer, q, out } => {
                     let (kc, vc, stride) = kv_addresses(ctx, kv, *layer)?;
                     let push = attention_push(graph, *q, [addr_of(*q), partial.address, kc, vc, p_pos, p_seq, p_toff, p_tables, p_header], stride, block_size);
-                    if n <= INT_MAX_TOKENS && per_head_decode_attention() {
-                        rec.dispatch_indirect(Kernel::AttentionDecode, &push, params_buffer, (HEADER_ATTENTION_DECODE_ARGS * 4) as u64)?;
-                    } else {
-                        rec.dispatch_indirect(Kernel::Attention, &push, params_buffer, (HEADER_ATTENTION_ARGS * 4) as u64)?;
-                    }
-                    rec.barrier();
-                    let out_width = graph.buffer(*out).width;
-                    if let Some(r) = fused_product_rounding(ctx, weights, ops.get(op_index + 1), *out, n, Some("STRATA_VULKAN_FUSE_COMBINE")) {
-                        // The merge and the quantization for the product that follows.
+                    // Opt-in (`STRATA_VULKAN_FUSE_ATTENTION=1`): on the H200 the merge in the last
+                    // workgroups was slower than its own dispatch (7B Q4_K: 438 against 409 us a
+                    // token at context 512, and 4.8 against 4.0 ms a token at 8192, where each
+                    // last workgroup merges 128 splits of two heads alone).
+                    let fused_combine = (n <= INT_MAX_TOKENS && per_head_decode_attention() && 256usize.is_multiple_of(hp.head_dim) && std::env::var("STRATA_VULKAN_FUSE_ATTENTION").as_deref() == Ok("1"))
+                        .then(|| fused_product_rounding(ctx, weights, ops.get(op_index + 1), *out, n, Some("STRATA_VULKAN_FUSE_COMBINE")))
+                        .flatten()
+                        .filter(|_| !read_before_written(&ops[op_index + 2..], *out));
+                    if let Some(r) = fused_combine {
+                        // The splits merged and quantized for the output projection by the last
+                        // workgroup of each chunk: one stage instead of two. (The f32 output is
+                        // not written: only the projection's records read it.)
                         let cols = hp.n_heads * hp.head_dim;
-                        let push = quantizing_push(&[partial.address, p_header, addr_of(*out)], rounded[r as usize].address, cols, out_width, n).u32(hp.head_dim as u32);
-                        rec.dispatch(Kernel::AttentionCombineInt(r), &push, [(n * cols.div_ceil(256)) as u32, 1, 1])?;
-                        prequantized = true;
+                        let (record_bytes, meta_offset) = int_act_record(cols);
+                        let push = attention_push_with(graph, *q, &[addr_of(*q), partial.address, kc, vc, p_pos, p_seq, p_toff, p_tables, p_header, rounded[r as usize].address, counters.address], stride, block_size)
+                            .u32(meta_offset as u32)
+                            .u32(record_bytes as u32);
+                        rec.dispatch_indirect(Kernel::AttentionDecodeFused(r), &push, params_buffer, (HEADER_ATTENTION_DECODE_ARGS * 4) as u64)?;
+                        prequantized = Some(rounded[r as usize].address);
+                        fused[2] += 1;
                     } else {
-                        let push = Push::new().addr(partial.address).addr(addr_of(*out)).addr(p_header).u32(hp.n_heads as u32).u32(hp.head_dim as u32).u32(out_width as u32);
-                        rec.dispatch(Kernel::AttentionCombine, &push, [hp.n_heads as u32, n as u32, 1])?;
+                        if n <= INT_MAX_TOKENS && per_head_decode_attention() {
+                            rec.dispatch_indirect(Kernel::AttentionDecode, &push, params_buffer, (HEADER_ATTENTION_DECODE_ARGS * 4) as u64)?;
+                        } else {
+                            rec.dispatch_indirect(Kernel::Attention, &push, params_buffer, (HEADER_ATTENTION_ARGS * 4) as u64)?;
+                        }
+                        rec.barrier();
+                        let out_width = graph.buffer(*out).width;
+                        if let Some(r) = fused_product_rounding(ctx, weights, ops.get(op_index + 1), *out, n, Some("STRATA_VULKAN_FUSE_COMBINE")) {
+                            // The merge and the quantization for the product that follows.
+                            let cols = hp.n_heads * hp.head_dim;
+                            let push = quantizing_push(&[partial.address, p_header, addr_of(*out)], rounded[r as usize].address, cols, out_width, n).u32(hp.head_dim as u32);
+                            rec.dispatch(Kernel::AttentionCombineInt(r), &push, [(n * cols.div_ceil(256)) as u32, 1, 1])?;
+                            prequantized = Some(rounded[r as usize].address);
+                        } else {
+                            let push = Push::new().addr(partial.address).addr(addr_of(*out)).addr(p_header).u32(hp.n_heads as u32).u32(hp.head_dim as u32).u32(out_width as u32);
+                            rec.dispatch(Kernel::AttentionCombine, &push, [hp.n_heads as u32, n as u32, 1])?;
+                        }
                     }
                 }
                 Op::SwiGlu { gate, up, out } => {
@@ -813,7 +913,7 @@ impl VulkanPlan {
                         // SwiGLU and the quantization for the product that follows in one dispatch.
                         let push = quantizing_push(&[addr_of(*gate), addr_of(*up), addr_of(*out)], rounded[r as usize].address, cols, cols, n);
                         rec.dispatch(Kernel::SwiGluInt(r), &push, [(n * cols.div_ceil(256)) as u32, 1, 1])?;
-                        prequantized = true;
+                        prequantized = Some(rounded[r as usize].address);
                     } else {
                         let count = (n * cols) as u32;
                         let push = Push::new().addr(addr_of(*gate)).addr(addr_of(*up)).addr(addr_of(*out)).u32(count);
@@ -835,6 +935,7 @@ impl VulkanPlan {
                 rec.timestamp(pool, op_index as u32 + 1);
             }
         }
+        tracing::debug!(tokens = n, fused_qkv = fused[0], fused_swiglu = fused[1], fused_attention = fused[2], "recorded a step");
         let logits = &bufs[graph.logits.0 as usize];
         let bytes = (n_out * hp.vocab_size * 4) as u64;
         rec.copy_to_host(self.arena.buffer(logits), logits.offset, self.readback.buffer, bytes);
@@ -843,6 +944,76 @@ impl VulkanPlan {
         }
         Ok(())
     }
+}
+
+/// Bytes of the fused epilogues' counters: one u32 per chunk of 256 outputs of the widest
+/// activation row, for each token of a decode-sized step.
+fn counter_bytes(graph: &ForwardGraph) -> u64 {
+    let widest = graph.buffers.iter().map(|b| b.width).max().unwrap_or(0);
+    (INT_MAX_TOKENS * widest.div_ceil(256) * 4) as u64
+}
+
+/// Whether `ops[at]` (a [`Op::MatMul`]) is a layer's gate and up projections for one token,
+/// followed by their SwiGLU and a product that reads it as 8-bit records, all of which
+/// [`Kernel::MatVecIntSwiGlu`] does in one stage (the fast integer kernels; gate and up of one
+/// format, without biases). Returns the SwiGLU buffer and the down projection's rounding.
+/// Opt-in (`STRATA_VULKAN_FUSE_SWIGLU_PRODUCT=1`): on the H200 it made the gate/up stage slower
+/// than the two stages it replaces (7B Q4_K: 1,250 us a token against 1,008; the device-scope
+/// fence and ticket each of the 18,944 workgroups takes before it may retire).
+fn fused_swiglu(ctx: &VulkanContext, weights: &[Option<GpuWeight>], ops: &[Op], at: usize, n: usize) -> Option<(BufId, ActRounding)> {
+    // Read at each recording (not once per process), so that a test can compare both paths.
+    if std::env::var("STRATA_VULKAN_FUSE_SWIGLU_PRODUCT").as_deref() != Ok("1") || n != 1 || ctx.exact {
+        return None;
+    }
+    let Some(Op::MatMul { outputs, .. }) = ops.get(at) else { return None };
+    let [gate, up] = outputs.as_slice() else { return None };
+    let Some(Op::SwiGlu { gate: sg, up: su, out }) = ops.get(at + 1) else { return None };
+    if *sg != gate.out || *su != up.out || gate.bias.is_some() || up.bias.is_some() {
+        return None;
+    }
+    let (g, u) = (weights[gate.weight.0 as usize]?, weights[up.weight.0 as usize]?);
+    if g.layout.format != u.layout.format || g.rows != u.rows || g.cols != u.cols || ActRounding::for_format(g.layout.format).is_none() || !uses_int_product(ctx, g.layout.format, 1) {
+        return None;
+    }
+    if read_before_written(&ops[at + 2..], gate.out) || read_before_written(&ops[at + 2..], up.out) {
+        return None;
+    }
+    let r = fused_product_rounding(ctx, weights, ops.get(at + 2), *out, n, None)?;
+    Some((*out, r))
+}
+
+/// Whether the products of `ops[at]` (a [`Op::MatMul`]) are a layer's Q, K and V for one token,
+/// followed by the RoPE of Q and K and their store, all of which [`Kernel::MatVecIntRope`] does in
+/// one stage: the fast integer kernels (not the exact mode), heads of an even width, Q, K and V
+/// in a format with 8-bit activations. Returns the Q buffer and the layer.
+/// `STRATA_VULKAN_FUSE_QKV=0` turns it off (for comparison).
+fn fused_qkv_rope(ctx: &VulkanContext, graph: &ForwardGraph, weights: &[Option<GpuWeight>], ops: &[Op], at: usize, n: usize) -> Option<(BufId, usize)> {
+    // Read at each recording (not once per process), so that a test can compare both paths.
+    if std::env::var("STRATA_VULKAN_FUSE_QKV").as_deref() == Ok("0") {
+        return None;
+    }
+    let hp = &graph.hparams;
+    if n != 1 || ctx.exact || !hp.head_dim.is_multiple_of(2) || hp.rope_dims > hp.head_dim || !hp.rope_dims.is_multiple_of(2) {
+        return None;
+    }
+    let Some(Op::MatMul { outputs, .. }) = ops.get(at) else { return None };
+    let [q, k, v] = outputs.as_slice() else { return None };
+    let (Some(Op::Rope { buf: rq, n_heads: nq }), Some(Op::Rope { buf: rk, n_heads: nk }), Some(Op::StoreKv { layer, k: sk, v: sv })) = (ops.get(at + 1), ops.get(at + 2), ops.get(at + 3)) else {
+        return None;
+    };
+    if *rq != q.out || *rk != k.out || *sk != k.out || *sv != v.out || *nq != hp.n_heads || *nk != hp.n_kv_heads {
+        return None;
+    }
+    // Nothing after the store may read the f32 K or V rows (the fused kernel writes only the
+    // cache) before they are written again.
+    if read_before_written(&ops[at + 4..], k.out) || read_before_written(&ops[at + 4..], v.out) {
+        return None;
+    }
+    let formats: Vec<WeightFormat> = outputs.iter().filter_map(|p| weights[p.weight.0 as usize].map(|w| w.layout.format)).collect();
+    let rounding = ActRounding::for_format(*formats.first()?)?;
+    let same = formats.len() == 3 && formats.iter().all(|f| ActRounding::for_format(*f) == Some(rounding) && uses_int_product(ctx, *f, 1));
+    let rows_ok = [(q, hp.n_heads), (k, hp.n_kv_heads), (v, hp.n_kv_heads)].iter().all(|(p, heads)| weights[p.weight.0 as usize].is_some_and(|w| w.rows == heads * hp.head_dim));
+    (same && rows_ok).then_some((q.out, *layer))
 }
 
 /// Host-cached memory for the logits unless `STRATA_VULKAN_READBACK=uncached` (for comparison).
@@ -904,19 +1075,54 @@ fn fused_product_rounding(ctx: &VulkanContext, weights: &[Option<GpuWeight>], ne
 fn only_added(ops: &[Op], buf: BufId) -> bool {
     ops.iter().all(|op| match op {
         Op::Add { acc, .. } => *acc != buf,
-        Op::RmsNorm { input, .. } | Op::MatMul { input, .. } | Op::SelectRows { input, .. } => *input != buf,
-        Op::HeadNorm { buf: b, .. } | Op::Rope { buf: b, .. } => *b != buf,
-        Op::StoreKv { k, v, .. } => *k != buf && *v != buf,
-        Op::Attention { q, .. } => *q != buf,
-        Op::SwiGlu { gate, up, .. } => *gate != buf && *up != buf,
-        Op::Embed { .. } => true,
+        _ => !reads(op, buf),
     })
+}
+
+/// Whether an op of `ops` reads `buf` before one overwrites it.
+fn read_before_written(ops: &[Op], buf: BufId) -> bool {
+    for op in ops {
+        if reads(op, buf) {
+            return true;
+        }
+        if writes(op, buf) {
+            return false;
+        }
+    }
+    false
+}
+
+/// Whether `op` writes all of `buf` (without reading it).
+fn writes(op: &Op, buf: BufId) -> bool {
+    match op {
+        Op::MatMul { outputs, .. } => outputs.iter().any(|p| p.out == buf),
+        Op::Embed { out, .. } | Op::RmsNorm { out, .. } | Op::Attention { out, .. } | Op::SwiGlu { out, .. } | Op::SelectRows { out, .. } => *out == buf,
+        Op::Add { .. } | Op::HeadNorm { .. } | Op::Rope { .. } | Op::StoreKv { .. } => false,
+    }
+}
+
+/// Whether `op` reads `buf`.
+fn reads(op: &Op, buf: BufId) -> bool {
+    match op {
+        Op::Add { acc, other } => *acc == buf || *other == buf,
+        Op::RmsNorm { input, .. } | Op::MatMul { input, .. } | Op::SelectRows { input, .. } => *input == buf,
+        Op::HeadNorm { buf: b, .. } | Op::Rope { buf: b, .. } => *b == buf,
+        Op::StoreKv { k, v, .. } => *k == buf || *v == buf,
+        Op::Attention { q, .. } => *q == buf,
+        Op::SwiGlu { gate, up, .. } => *gate == buf || *up == buf,
+        Op::Embed { .. } => false,
+    }
 }
 
 /// The push constants every attention kernel starts with: `addresses` (the query, its scratch —
 /// split results or scores —, K, V, the step's positions, sequences, table offsets and block
 /// tables, then one address of the kernel's own), then the attention geometry.
 fn attention_push(graph: &ForwardGraph, q: BufId, addresses: [u64; 9], kv_row_bytes: u64, block_size: usize) -> Push {
+    attention_push_with(graph, q, &addresses, kv_row_bytes, block_size)
+}
+
+/// [`attention_push`] with more addresses of the kernel's own after the first nine.
+fn attention_push_with(graph: &ForwardGraph, q: BufId, addresses: &[u64], kv_row_bytes: u64, block_size: usize) -> Push {
     let hp = &graph.hparams;
     addresses
         .iter()

@@ -29,6 +29,12 @@ layout(push_constant) uniform Push {
     uint64_t table_offsets;
     uint64_t tables;
     uint64_t header;
+#ifdef FUSED_COMBINE
+    // The merged row's 8-bit records (one per token, record_bytes apart) and one counter per
+    // (token, chunk of 256 outputs), zero between uses.
+    uint64_t records;
+    uint64_t counters;
+#endif
     uint n_heads;
     uint n_kv_heads;
     uint head_dim;
@@ -36,7 +42,31 @@ layout(push_constant) uniform Push {
     uint row_stride;
     uint block_size;
     float scale;
+#ifdef FUSED_COMBINE
+    uint meta_offset;
+    uint record_bytes;
+#endif
 } pc;
+
+#ifdef FUSED_COMBINE
+// The merge of the splits and the quantization for the output projection, by the last
+// workgroup to finish a chunk of 256 outputs (heads of a width dividing 256): one dispatch
+// instead of attention, barrier, combine. quantize_act.comp (COMBINE) computes the same bits.
+#define MERGE_BUF F32sC
+#include "attention_merge.glsl"
+layout(buffer_reference, std430, buffer_reference_align = 8) buffer U32x2s { uvec2 v[]; };
+#if defined(ACT_Q8_K)
+#define SEG 256
+#else
+#define SEG 32
+#endif
+#define QC_WG WG
+#include "quantize_chunk.glsl"
+shared uint ticket;
+#define PARTIAL_BUF F32sC
+#else
+#define PARTIAL_BUF F32s
+#endif
 
 shared float qs[MAX_HD];
 shared float half_dot[WG];
@@ -171,7 +201,7 @@ void main() {
     barrier();
     // Partial record of (token, head, split): [max, sum, hd weighted values], the slices summed
     // in order.
-    F32s out_ = F32s(pc.partial);
+    PARTIAL_BUF out_ = PARTIAL_BUF(pc.partial);
     uint base = ((t * pc.n_heads + h) * n_splits + split) * (hd + 2);
     if (tid == 0) {
         out_.v[base] = m;
@@ -184,4 +214,35 @@ void main() {
         }
         out_.v[base + 2 + d] = o;
     }
+#ifdef FUSED_COMBINE
+    memoryBarrierBuffer();
+    barrier();
+    uint cols = pc.n_heads * hd;
+    uint heads_per_chunk = 256 / hd;
+    uint chunk = h / heads_per_chunk;
+    uint chunks = (cols + 255) / 256;
+    uint counter = t * chunks + chunk;
+    if (tid == 0) {
+        ticket = atomicAdd(U32sC(pc.counters).v[counter], 1u);
+    }
+    barrier();
+    if (ticket + 1 != min(heads_per_chunk, pc.n_heads - chunk * heads_per_chunk) * n_splits) {
+        return;
+    }
+    // The chunk's last workgroup: every split of its heads is written.
+    memoryBarrierBuffer();
+    float vs[QC_PER];
+    [[unroll]] for (uint k = 0; k < QC_PER; k++) {
+        uint e = chunk * 256 + tid + WG * k;
+        vs[k] = 0.0;
+        if (e < cols) {
+            uint rec = (t * pc.n_heads + e / hd) * n_splits * (hd + 2);
+            vs[k] = merge_splits(F32sC(pc.partial), rec, n_splits, hd, e % hd);
+        }
+    }
+    quantize_chunk(tid, chunk * 256, vs, cols, pc.records + uint64_t(t) * pc.record_bytes, pc.meta_offset);
+    if (tid == 0) {
+        U32sC(pc.counters).v[counter] = 0;
+    }
+#endif
 }

@@ -2,7 +2,10 @@
 // write them: per split [max, sum, hd weighted values]): dimension d of the head whose records
 // start at `base`, the splits summed in order. attention_combine.comp and quantize_act.comp
 // (COMBINE) both merge through it, so the two paths give the same values bit for bit.
-float merge_splits(F32s part, uint base, uint n_splits, uint hd, uint d) {
+#ifndef MERGE_BUF
+#define MERGE_BUF F32s
+#endif
+float merge_splits(MERGE_BUF part, uint base, uint n_splits, uint hd, uint d) {
     // Sixteen splits' loads in flight at a time (memory latency).
     float mx = -1.0 / 0.0;
     for (uint s0 = 0; s0 < n_splits; s0 += 16) {

@@ -14,6 +14,11 @@ layout(buffer_reference, std430, buffer_reference_align = 2) buffer F16s { float
 layout(buffer_reference, std430, buffer_reference_align = 4) buffer U32s { uint v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer U32x4s { uvec4 v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 1) buffer U8s { uint8_t v[]; };
+// Views whose loads and stores reach other workgroups of the same dispatch (with
+// memoryBarrierBuffer()): the fused epilogues, where the last workgroup to finish a chunk of
+// outputs reads what the others wrote (its ticket from an atomic counter).
+layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer F32sC { float v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer U32sC { uint v[]; };
 
 // a / b and sqrt(a) rounded once, as the CPU computes them: Vulkan lets a division or square root
 // be off by a few ulps (llvmpipe's division is), which moves an 8-bit activation a whole step

@@ -28,6 +28,54 @@ int dot4_i8(uint a, uint b, spirv_literal int packed_vector_format);
 
 layout(local_size_x = WG) in;
 
+#if defined(QKV_ROPE)
+// One of a layer's Q, K and V projections for one decoding token, with RoPE and the K/V store in
+// its epilogue (rope_store.comp's arithmetic): a workgroup owns the two rows a rotation pairs, so
+// the projection, the rotation and the store take one dispatch and no barrier between them.
+layout(push_constant) uniform Push {
+    uint64_t w;
+    uint64_t aux;
+    uint64_t x;
+    // Q: the f32 query rows; K and V: the layer's cache.
+    uint64_t out_;
+    uint64_t bias;
+    uint64_t table;
+    uint64_t positions;
+    uint64_t seq_of_token;
+    uint64_t table_offsets;
+    uint64_t tables;
+    uint cols;
+    uint meta_offset;
+    // 0: Q, 1: K, 2: V (stored, not rotated).
+    uint mode;
+    uint head_dim;
+    uint half_dims;
+    uint neox;
+    uint row_stride;
+    uint block_size;
+} pc;
+#elif defined(SWIGLU_PAIR)
+// The gate and up projections of one decoding token with SwiGLU and the quantization for the
+// down projection in the epilogue: a workgroup owns row i of gate and row i of up and writes
+// silu(gate_i) * up_i; the last workgroup to finish a chunk of 256 outputs (its ticket from an
+// atomic counter) quantizes the chunk (quantize_chunk.glsl, as quantize_act.comp SWIGLU does).
+layout(push_constant) uniform Push {
+    uint64_t w;
+    uint64_t aux;
+    uint64_t w2;
+    uint64_t aux2;
+    uint64_t x;
+    // The f32 SwiGLU row, its 8-bit record, and one counter per chunk of 256 outputs (zero
+    // between uses: the last workgroup resets its chunk's).
+    uint64_t act;
+    uint64_t records;
+    uint64_t counters;
+    uint cols;
+    uint meta_offset;
+    uint rows;
+    uint out_meta_offset;
+} pc;
+#else
 layout(push_constant) uniform Push {
     uint64_t w;
     uint64_t aux;
@@ -44,17 +92,67 @@ layout(push_constant) uniform Push {
     // Nonzero: add the product into `out_` (the residual stream) instead of writing it.
     uint accumulate;
 } pc;
+#endif
 
 layout(buffer_reference, std430, buffer_reference_align = 8) buffer U32x2s { uvec2 v[]; };
 
 #include "matvec_q_items.glsl"
 
+#if defined(SWIGLU_PAIR)
+#define W_OF(r) ((r) == 0 ? pc.w : pc.w2)
+#define AUX_OF(r) ((r) == 0 ? pc.aux : pc.aux2)
+#if defined(ACT_Q8_K)
+#define SEG 256
+#else
+#define SEG 32
+#endif
+#define QC_WG WG
+#include "quantize_chunk.glsl"
+shared uint ticket;
+#else
+#define W_OF(r) pc.w
+#define AUX_OF(r) pc.aux
+#endif
+
 shared float partials[WG][ROWS * NT];
+
+#if defined(QKV_ROPE)
+// The rotation pair of workgroup `pair` (the first half_dims pairs of a head rotate; NeoX pairs
+// dimension i with i + half_dims, the original style 2i with 2i + 1; V pairs are never rotated).
+uvec2 pair_rows(uint pair, out bool rotated, out uint angle) {
+    uint per_head = pc.head_dim / 2;
+    uint h = pair / per_head;
+    uint p = pair % per_head;
+    rotated = pc.mode != 2 && p < pc.half_dims;
+    angle = p;
+    uint base = h * pc.head_dim;
+    if (pc.mode != 2 && pc.neox != 0) {
+        return p < pc.half_dims ? uvec2(base + p, base + p + pc.half_dims) : uvec2(base + 2 * p, base + 2 * p + 1);
+    }
+    return uvec2(base + 2 * p, base + 2 * p + 1);
+}
+#endif
 
 void main() {
     uint tid = gl_LocalInvocationID.x;
+#if defined(QKV_ROPE)
+    bool rotated;
+    uint angle;
+    uvec2 pair = pair_rows(gl_WorkGroupID.x, rotated, angle);
+    uint t0 = 0;
+    uint n_tokens = 1;
+    uint x_stride = 0;
+#elif defined(SWIGLU_PAIR)
+    uint out_row = gl_WorkGroupID.x;
+    uint t0 = 0;
+    uint n_tokens = 1;
+    uint x_stride = 0;
+#else
     uint row0 = gl_WorkGroupID.x * ROWS;
     uint t0 = gl_WorkGroupID.y * NT;
+    uint n_tokens = pc.n_tokens;
+    uint x_stride = pc.x_stride;
+#endif
     uint n_items = pc.cols / 32;
     float acc[ROWS][NT];
     [[unroll]] for (uint r = 0; r < ROWS; r++) {
@@ -66,15 +164,21 @@ void main() {
         uint xq[NT][8];
         uvec2 meta[NT];
         [[unroll]] for (uint t = 0; t < NT; t++) {
-            uint64_t rec = pc.x + uint64_t(min(t0 + t, pc.n_tokens - 1)) * pc.x_stride;
+            uint64_t rec = pc.x + uint64_t(min(t0 + t, n_tokens - 1)) * x_stride;
             load_x(rec, pc.meta_offset, item, xq[t], meta[t]);
         }
         [[unroll]] for (uint r = 0; r < ROWS; r++) {
+#if defined(QKV_ROPE)
+            uint row = pair[r];
+#elif defined(SWIGLU_PAIR)
+            uint row = out_row;
+#else
             uint row = min(row0 + r, pc.rows - 1);
+#endif
             uint wq[8];
             vec2 ws;
             ivec4 wsc;
-            load_w(pc.w, pc.aux, pc.cols, row, item, wq, ws, wsc);
+            load_w(W_OF(r), AUX_OF(r), pc.cols, row, item, wq, ws, wsc);
             [[unroll]] for (uint t = 0; t < NT; t++) {
                 acc[r][t] += item_dot(wq, ws, wsc, xq[t], meta[t]);
             }
@@ -89,6 +193,69 @@ void main() {
         }
     }
     barrier();
+#if defined(QKV_ROPE)
+    if (tid == 0) {
+        float v[2];
+        [[unroll]] for (uint r = 0; r < 2; r++) {
+            float s = 0.0;
+            for (uint sg = 0; sg < gl_NumSubgroups; sg++) {
+                s += partials[sg][r];
+            }
+            float b = pc.bias != 0 ? F32s(pc.bias).v[pair[r]] : 0.0;
+            v[r] = s + b;
+        }
+        uint pos = U32s(pc.positions).v[0];
+        if (rotated) {
+            F32s tab = F32s(pc.table);
+            float c = tab.v[pos * 2 * pc.half_dims + angle];
+            float sn = tab.v[pos * 2 * pc.half_dims + pc.half_dims + angle];
+            // The CPU device's (and ggml's x86) fusing of the rotation, as rope_store.comp.
+            precise float ra = fma_once(v[0], c, -(v[1] * sn));
+            precise float rb = fma_once(v[0], sn, v[1] * c);
+            v[0] = ra;
+            v[1] = rb;
+        }
+        if (pc.mode == 0) {
+            F32s(pc.out_).v[pair.x] = v[0];
+            F32s(pc.out_).v[pair.y] = v[1];
+        } else {
+            uint seq = U32s(pc.seq_of_token).v[0];
+            uint at = kv_cell(U32s(pc.tables), U32s(pc.table_offsets).v[seq], pos, pc.block_size) * pc.row_stride;
+            F16s(pc.out_).v[at + pair.x] = float16_t(f16_rne(v[0]));
+            F16s(pc.out_).v[at + pair.y] = float16_t(f16_rne(v[1]));
+        }
+    }
+#elif defined(SWIGLU_PAIR)
+    if (tid == 0) {
+        float gu[2];
+        [[unroll]] for (uint r = 0; r < 2; r++) {
+            float s = 0.0;
+            for (uint sg = 0; sg < gl_NumSubgroups; sg++) {
+                s += partials[sg][r];
+            }
+            gu[r] = s;
+        }
+        F32sC(pc.act).v[out_row] = ggml_silu(gu[0]) * gu[1];
+        memoryBarrierBuffer();
+        ticket = atomicAdd(U32sC(pc.counters).v[out_row / 256], 1u);
+    }
+    barrier();
+    uint chunk = out_row / 256;
+    if (ticket + 1 != min(256u, pc.rows - chunk * 256)) {
+        return;
+    }
+    // The chunk's last workgroup: every other one's output is written.
+    memoryBarrierBuffer();
+    float vs[QC_PER];
+    [[unroll]] for (uint k = 0; k < QC_PER; k++) {
+        uint e = chunk * 256 + tid + WG * k;
+        vs[k] = e < pc.rows ? F32sC(pc.act).v[e] : 0.0;
+    }
+    quantize_chunk(tid, chunk * 256, vs, pc.rows, pc.records, pc.out_meta_offset);
+    if (tid == 0) {
+        U32sC(pc.counters).v[chunk] = 0;
+    }
+#else
     if (tid < ROWS * NT) {
         uint row = row0 + tid / NT;
         uint token = t0 + tid % NT;
@@ -104,4 +271,5 @@ void main() {
             F32s(pc.out_).v[at] = pc.accumulate != 0 ? F32s(pc.out_).v[at] + r : r;
         }
     }
+#endif
 }

@@ -56,9 +56,13 @@ float combined(uint t, uint e) {
 
 layout(buffer_reference, std430, buffer_reference_align = 8) buffer U32x2s { uvec2 v[]; };
 
+#ifdef INT_OUT
+#define QC_WG 256
+#include "quantize_chunk.glsl"
+#else
 shared float sa[256];
 shared float sv[256];
-shared int si[256];
+#endif
 
 void main() {
     uint tid = gl_LocalInvocationID.x;
@@ -82,6 +86,10 @@ void main() {
 #else
     float v = valid ? F32s(pc.x).v[row * pc.stride + e] : 0.0;
 #endif
+#ifdef INT_OUT
+    float vs[1] = { v };
+    quantize_chunk(tid, e - tid, vs, pc.cols, pc.out_ + uint64_t(row) * pc.out_stride, pc.meta_offset);
+#else
     sa[tid] = abs(v);
     sv[tid] = v;
     for (uint s = SEG / 2; s > 0; s >>= 1) {
@@ -94,7 +102,7 @@ void main() {
     barrier();
     uint first = tid - tid % SEG;
     float amax = sa[first];
-    // The quant and the scale its block stores.
+    // The rounded value: the quant times the scale its block stores.
     int q;
     float d;
 #if defined(ACT_Q8_K)
@@ -110,29 +118,8 @@ void main() {
     float dd = div_rn(amax, 127.0);
     float id = amax != 0.0 ? div_rn(127.0, amax) : 0.0;
     q = int(roundEven(v * id));
-#ifdef INT_OUT
-    d = dd;
-#else
     d = f16_rne(dd);
 #endif
-#endif
-#ifdef INT_OUT
-    uint64_t rec = pc.out_ + uint64_t(row) * pc.out_stride;
-    if (valid) {
-        U8s(rec).v[e] = uint8_t(uint(q) & 0xFFu);
-    }
-    si[tid] = valid ? q : 0;
-    for (uint s = 16; s > 0; s >>= 1) {
-        barrier();
-        if (tid % 32 < s) {
-            si[tid] += si[tid + s];
-        }
-    }
-    barrier();
-    if (valid && tid % 32 == 0) {
-        U32x2s(rec + pc.meta_offset).v[e / 32] = uvec2(floatBitsToUint(d), uint(si[tid]));
-    }
-#else
     if (valid) {
         F32s(pc.out_).v[row * pc.stride + e] = float(q) * d;
     }
