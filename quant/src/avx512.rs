@@ -7,7 +7,7 @@
 #![allow(clippy::needless_range_loop)]
 
 use crate::avx2::hsum as hsum_float_8;
-use crate::pack::{drive, side_stride, ActPack, Tile};
+use crate::pack::{drive, drive_with, side_stride, ActPack, Tile, TT8};
 use crate::reference::{get_scale_min_k4, QK_K};
 use crate::GgmlType;
 use half::f16;
@@ -86,7 +86,7 @@ pub(crate) unsafe fn matmul(
             // loses the precomputed per-row scales.
             let nb = k / 32;
             let side = side_stride(nb);
-            drive(
+            drive_with::<TT8>(
                 nrows,
                 n_tokens,
                 |r0, nr, t0, nt| {
@@ -106,9 +106,9 @@ pub(crate) unsafe fn matmul(
                         ostride: nrows,
                     };
                     match ty {
-                        GgmlType::Q4_0 => dispatch_tile!(tile_b32_inline, Q40, nr, nt, &tile),
-                        GgmlType::Q4_1 => dispatch_tile!(tile_b32_inline, Q41, nr, nt, &tile),
-                        _ => dispatch_tile!(tile_b32_inline, Q80, nr, nt, &tile),
+                        GgmlType::Q4_0 => dispatch_tile8!(tile_b32_inline, Q40, nr, nt, &tile),
+                        GgmlType::Q4_1 => dispatch_tile8!(tile_b32_inline, Q41, nr, nt, &tile),
+                        _ => dispatch_tile8!(tile_b32_inline, Q80, nr, nt, &tile),
                     }
                 },
                 |_, _| {},
@@ -181,8 +181,9 @@ unsafe fn load_w32_rows<const W: u8>(lo: *const u8, hi: *const u8, b: usize) -> 
 /// ggml's arithmetic (`ggml_vec_dot_q4_0_q8_0` and friends on x86): per (row, token) eight
 /// float lanes, each adding `d_w * d_a * (integer sum of its 4 products)` block after block with
 /// one FMA, summed by `hsum_float_8`; Q4_1 adds its `m * s` terms on a chain of their own (one
-/// lane per (row, token) of a 16-lane register). A 512-bit register holds two rows' lanes. Every
-/// (row, token) sees the same instruction sequence whatever R and T are (batch invariance).
+/// lane per (row, token) of a 16-lane register per four tokens). A 512-bit register holds two
+/// rows' lanes; up to 8 tokens (`TT8`) share each decoded weight block. Every (row, token) sees
+/// the same instruction sequence whatever R and T are (batch invariance).
 /// # Safety
 /// The CPU must have the features in this function's `target_feature` attribute, and
 /// every pointer must be valid for the reads and writes its arguments describe.
@@ -196,8 +197,8 @@ unsafe fn tile_b32_inline<const W: u8, const R: usize, const T: usize>(p: &Tile)
     // Row pairs; an odd last row is paired with itself and its high half dropped.
     let np = R.div_ceil(2);
     let mut acc = [[_mm512_setzero_ps(); T]; R];
-    // Q4_1: lane 4r + t is (row r, token t)'s `summs`.
-    let mut summs = _mm512_setzero_ps();
+    // Q4_1: lane 4r + t % 4 of summs[t / 4] is (row r, token t)'s `summs`.
+    let mut summs = [_mm512_setzero_ps(); 2];
     // Lanes of the 8 floats [d0, m0, d1, m1, d2, m2, d3, m3] (rows 0..3 of the tile).
     let pair_d: [__m512i; 2] = [
         _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0),
@@ -236,21 +237,26 @@ unsafe fn tile_b32_inline<const W: u8, const R: usize, const T: usize>(p: &Tile)
         }
         if W == Q41 {
             // ggml's `summs += m * s` (f16 x f16 is exact in f32: fused or not alike).
-            let s = _mm512_broadcast_f32x4(_mm_loadu_ps(p.vb.add(b * p.vb_stride)));
-            summs = _mm512_fmadd_ps(_mm512_permutexvar_ps(m_lanes, dm), s, summs);
+            let m = _mm512_permutexvar_ps(m_lanes, dm);
+            for (g, sg) in summs.iter_mut().enumerate().take(T.div_ceil(4)) {
+                let s = _mm512_broadcast_f32x4(_mm_loadu_ps(p.vb.add(b * p.vb_stride + 4 * g)));
+                *sg = _mm512_fmadd_ps(m, s, *sg);
+            }
         }
     }
-    let mut sm = [0f32; 16];
-    _mm512_storeu_ps(sm.as_mut_ptr(), summs);
+    let mut sm = [[0f32; 16]; 2];
+    for (g, sg) in summs.iter().enumerate() {
+        _mm512_storeu_ps(sm[g].as_mut_ptr(), *sg);
+    }
     for pr in 0..np {
         for t in 0..T {
             let r = 2 * pr;
             let halves = _mm512_castps_pd(acc[pr][t]);
             let lo = _mm256_castpd_ps(_mm512_castpd512_pd256(halves));
             let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(halves));
-            *p.out.add(t * p.ostride + r) = hsum_float_8(lo) + sm[4 * r + t];
+            *p.out.add(t * p.ostride + r) = hsum_float_8(lo) + sm[t / 4][4 * r + t % 4];
             if r + 1 < R {
-                *p.out.add(t * p.ostride + r + 1) = hsum_float_8(hi) + sm[4 * (r + 1) + t];
+                *p.out.add(t * p.ostride + r + 1) = hsum_float_8(hi) + sm[t / 4][4 * (r + 1) + t % 4];
             }
         }
     }
