@@ -7,7 +7,7 @@
 #![allow(clippy::needless_range_loop)]
 
 use crate::avx2::hsum as hsum_float_8;
-use crate::pack::{drive, side_stride, ActPack, Tile};
+use crate::pack::{drive, drive_with, side_stride, ActPack, Tile, TT8};
 use crate::reference::{get_scale_min_k4, QK_K};
 use crate::GgmlType;
 use half::f16;
@@ -86,7 +86,7 @@ pub(crate) unsafe fn matmul(
             // loses the precomputed per-row scales.
             let nb = k / 32;
             let side = side_stride(nb);
-            drive(
+            drive_with::<TT8>(
                 nrows,
                 n_tokens,
                 |r0, nr, t0, nt| {
@@ -106,9 +106,9 @@ pub(crate) unsafe fn matmul(
                         ostride: nrows,
                     };
                     match ty {
-                        GgmlType::Q4_0 => dispatch_tile!(tile_b32_inline, Q40, nr, nt, &tile),
-                        GgmlType::Q4_1 => dispatch_tile!(tile_b32_inline, Q41, nr, nt, &tile),
-                        _ => dispatch_tile!(tile_b32_inline, Q80, nr, nt, &tile),
+                        GgmlType::Q4_0 => dispatch_tile8!(tile_b32_inline, Q40, nr, nt, &tile),
+                        GgmlType::Q4_1 => dispatch_tile8!(tile_b32_inline, Q41, nr, nt, &tile),
+                        _ => dispatch_tile8!(tile_b32_inline, Q80, nr, nt, &tile),
                     }
                 },
                 |_, _| {},
@@ -181,8 +181,9 @@ unsafe fn load_w32_rows<const W: u8>(lo: *const u8, hi: *const u8, b: usize) -> 
 /// ggml's arithmetic (`ggml_vec_dot_q4_0_q8_0` and friends on x86): per (row, token) eight
 /// float lanes, each adding `d_w * d_a * (integer sum of its 4 products)` block after block with
 /// one FMA, summed by `hsum_float_8`; Q4_1 adds its `m * s` terms on a chain of their own (one
-/// lane per (row, token) of a 16-lane register). A 512-bit register holds two rows' lanes. Every
-/// (row, token) sees the same instruction sequence whatever R and T are (batch invariance).
+/// lane per (row, token) of a 16-lane register per four tokens). A 512-bit register holds two
+/// rows' lanes; up to 8 tokens (`TT8`) share each decoded weight block. Every (row, token) sees
+/// the same instruction sequence whatever R and T are (batch invariance).
 /// # Safety
 /// The CPU must have the features in this function's `target_feature` attribute, and
 /// every pointer must be valid for the reads and writes its arguments describe.
@@ -196,8 +197,8 @@ unsafe fn tile_b32_inline<const W: u8, const R: usize, const T: usize>(p: &Tile)
     // Row pairs; an odd last row is paired with itself and its high half dropped.
     let np = R.div_ceil(2);
     let mut acc = [[_mm512_setzero_ps(); T]; R];
-    // Q4_1: lane 4r + t is (row r, token t)'s `summs`.
-    let mut summs = _mm512_setzero_ps();
+    // Q4_1: lane 4r + t % 4 of summs[t / 4] is (row r, token t)'s `summs`.
+    let mut summs = [_mm512_setzero_ps(); 2];
     // Lanes of the 8 floats [d0, m0, d1, m1, d2, m2, d3, m3] (rows 0..3 of the tile).
     let pair_d: [__m512i; 2] = [
         _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0),
@@ -236,21 +237,26 @@ unsafe fn tile_b32_inline<const W: u8, const R: usize, const T: usize>(p: &Tile)
         }
         if W == Q41 {
             // ggml's `summs += m * s` (f16 x f16 is exact in f32: fused or not alike).
-            let s = _mm512_broadcast_f32x4(_mm_loadu_ps(p.vb.add(b * p.vb_stride)));
-            summs = _mm512_fmadd_ps(_mm512_permutexvar_ps(m_lanes, dm), s, summs);
+            let m = _mm512_permutexvar_ps(m_lanes, dm);
+            for (g, sg) in summs.iter_mut().enumerate().take(T.div_ceil(4)) {
+                let s = _mm512_broadcast_f32x4(_mm_loadu_ps(p.vb.add(b * p.vb_stride + 4 * g)));
+                *sg = _mm512_fmadd_ps(m, s, *sg);
+            }
         }
     }
-    let mut sm = [0f32; 16];
-    _mm512_storeu_ps(sm.as_mut_ptr(), summs);
+    let mut sm = [[0f32; 16]; 2];
+    for (g, sg) in summs.iter().enumerate() {
+        _mm512_storeu_ps(sm[g].as_mut_ptr(), *sg);
+    }
     for pr in 0..np {
         for t in 0..T {
             let r = 2 * pr;
             let halves = _mm512_castps_pd(acc[pr][t]);
             let lo = _mm256_castpd_ps(_mm512_castpd512_pd256(halves));
             let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(halves));
-            *p.out.add(t * p.ostride + r) = hsum_float_8(lo) + sm[4 * r + t];
+            *p.out.add(t * p.ostride + r) = hsum_float_8(lo) + sm[t / 4][4 * r + t % 4];
             if r + 1 < R {
-                *p.out.add(t * p.ostride + r + 1) = hsum_float_8(hi) + sm[4 * (r + 1) + t];
+                *p.out.add(t * p.ostride + r + 1) = hsum_float_8(hi) + sm[t / 4][4 * (r + 1) + t % 4];
             }
         }
     }
@@ -542,37 +548,143 @@ unsafe fn load_h16(p: *const f16) -> __m512 {
     _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i))
 }
 
-/// [`crate::Kernels::attn_dots_f16`], bit-identical to [`crate::ggml_float::dot`].
+/// Sixteen rows' lane vectors `x[r]` reduced at once: element `r` of the result is
+/// [`reduce16`]`(x[r])`, bit for bit. Each stage adds the lane pairs of GCC's tree (i and i+8,
+/// then i and i+4, i and i+2, i and i+1) for all rows, transposing as it goes: 30 shuffles
+/// instead of sixteen reductions' 64.
+/// # Safety
+/// The CPU must have the features in this function's `target_feature` attribute.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn reduce16x16(x: &[__m512; 16]) -> __m512 {
+    // Lanes i and i+8: y[k] holds rows 2k and 2k+1, eight lanes each.
+    let y: [__m512; 8] = std::array::from_fn(|k| {
+        let (a, b) = (x[2 * k], x[2 * k + 1]);
+        _mm512_add_ps(_mm512_shuffle_f32x4::<0x44>(a, b), _mm512_shuffle_f32x4::<0xee>(a, b))
+    });
+    // Lanes i and i+4: quarter q of z[k] is row 4k + q.
+    let z: [__m512; 4] = std::array::from_fn(|k| {
+        let (c, d) = (y[2 * k], y[2 * k + 1]);
+        _mm512_add_ps(_mm512_shuffle_f32x4::<0x88>(c, d), _mm512_shuffle_f32x4::<0xdd>(c, d))
+    });
+    // Lanes i and i+2: quarter q of w[k] is rows 8k + q and 8k + 4 + q, two lanes each.
+    let w: [__m512; 2] = std::array::from_fn(|k| {
+        let (e, f) = (z[2 * k], z[2 * k + 1]);
+        _mm512_add_ps(_mm512_shuffle_ps::<0x44>(e, f), _mm512_shuffle_ps::<0xee>(e, f))
+    });
+    // Lanes i and i+1: element 4q + m is row 4m + q; a 4x4 transpose puts the rows in order.
+    let r = _mm512_add_ps(_mm512_shuffle_ps::<0x88>(w[0], w[1]), _mm512_shuffle_ps::<0xdd>(w[0], w[1]));
+    _mm512_permutexvar_ps(_mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0), r)
+}
+
+/// Asks for the cache lines of the `bytes` at `p` (a KV row) ahead of use: a paged cache's rows
+/// are scattered, so the hardware prefetcher misses them and each row would wait on DRAM.
+#[inline]
+#[target_feature(enable = "sse")]
+fn prefetch_row(p: *const f16, bytes: usize) {
+    // Every line the row touches, whether or not it starts on one.
+    let (first, last) = (p as usize & !63, (p as usize + bytes - 1) & !63);
+    for line in (first..=last).step_by(64) {
+        _mm_prefetch::<_MM_HINT_T0>(line as *const i8);
+    }
+}
+
+/// [`crate::Kernels::attn_dots_f16`], bit-identical to [`crate::ggml_float::dot`]; row `r` of K
+/// starts at `row(r)`.
 /// # Safety
 /// The CPU must have the features in this function's `target_feature` attribute; `hd` is a
-/// multiple of 64; the slices hold what `Kernels::attn_dots_f16` checks.
+/// multiple of 64; every `row(r)`, `r < n_rows`, is valid for `hd` reads; `qs` and `out` hold
+/// what `Kernels::attn_dots_f16` checks.
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx512f,avx512dq,fma,f16c")]
-pub(crate) unsafe fn attn_dots_f16(rows: &[f16], stride: usize, n_rows: usize, qs: &[f32], hd: usize, order: crate::AttnOrder, out: &mut [f32], out_stride: usize) {
-    let heads = qs.len() / hd;
-    for r in 0..n_rows {
-        let kp = rows.as_ptr().add(r * stride);
-        for h in 0..heads {
-            let qp = qs.as_ptr().add(h * hd);
-            let s = match order {
-                crate::AttnOrder::Prefill => {
-                    let mut acc = _mm512_setzero_ps();
-                    for c in (0..hd).step_by(16) {
-                        acc = _mm512_fmadd_ps(load_h16(kp.add(c)), _mm512_loadu_ps(qp.add(c)), acc);
-                    }
-                    reduce16(acc)
-                }
-                crate::AttnOrder::Decode => {
-                    let mut acc = [_mm512_setzero_ps(); 4];
-                    for c in (0..hd).step_by(64) {
-                        for (j, a) in acc.iter_mut().enumerate() {
-                            *a = _mm512_fmadd_ps(load_h16(kp.add(c + 16 * j)), _mm512_loadu_ps(qp.add(c + 16 * j)), *a);
+pub(crate) unsafe fn attn_dots_f16(row: &impl Fn(usize) -> *const f16, n_rows: usize, qs: &[f32], hd: usize, order: crate::AttnOrder, out: &mut [f32], out_stride: usize) {
+    match hd {
+        64 => dots_nc::<4>(row, n_rows, qs, order, out, out_stride),
+        128 => dots_nc::<8>(row, n_rows, qs, order, out, out_stride),
+        256 => dots_nc::<16>(row, n_rows, qs, order, out, out_stride),
+        _ => {
+            let heads = qs.len() / hd;
+            for r in 0..n_rows {
+                let kp = row(r);
+                for h in 0..heads {
+                    let qp = qs.as_ptr().add(h * hd);
+                    let s = match order {
+                        crate::AttnOrder::Prefill => {
+                            let mut acc = _mm512_setzero_ps();
+                            for c in (0..hd).step_by(16) {
+                                acc = _mm512_fmadd_ps(load_h16(kp.add(c)), _mm512_loadu_ps(qp.add(c)), acc);
+                            }
+                            reduce16(acc)
                         }
-                    }
-                    reduce16(_mm512_add_ps(_mm512_add_ps(acc[0], acc[2]), _mm512_add_ps(acc[1], acc[3])))
+                        crate::AttnOrder::Decode => {
+                            let mut acc = [_mm512_setzero_ps(); 4];
+                            for c in (0..hd).step_by(64) {
+                                for (j, a) in acc.iter_mut().enumerate() {
+                                    *a = _mm512_fmadd_ps(load_h16(kp.add(c + 16 * j)), _mm512_loadu_ps(qp.add(c + 16 * j)), *a);
+                                }
+                            }
+                            reduce16(_mm512_add_ps(_mm512_add_ps(acc[0], acc[2]), _mm512_add_ps(acc[1], acc[3])))
+                        }
+                    };
+                    *out.get_unchecked_mut(h * out_stride + r) = s;
                 }
-            };
-            *out.get_unchecked_mut(h * out_stride + r) = s;
+            }
+        }
+    }
+}
+
+/// [`attn_dots_f16`] for `hd = 16 * NC`: each K row converted once into registers for all the
+/// heads, each head's lane sums of 16 rows reduced together ([`reduce16x16`]).
+/// # Safety
+/// As [`attn_dots_f16`].
+#[target_feature(enable = "avx512f,avx512dq,fma,f16c")]
+unsafe fn dots_nc<const NC: usize>(row: &impl Fn(usize) -> *const f16, n_rows: usize, qs: &[f32], order: crate::AttnOrder, out: &mut [f32], out_stride: usize) {
+    // Heads per pass: their lane sums of a 16-row tile wait in `sums` (8 KiB, in L1).
+    const HT: usize = 8;
+    let hd = 16 * NC;
+    let heads = qs.len() / hd;
+    let mut sums = [[_mm512_setzero_ps(); 16]; HT];
+    // Rows are fetched PF rows ahead of their use (the first PF before starting).
+    const PF: usize = 32;
+    for r in 0..n_rows.min(PF) {
+        prefetch_row(row(r), 2 * hd);
+    }
+    for t0 in (0..n_rows).step_by(16) {
+        let tn = (n_rows - t0).min(16);
+        for h0 in (0..heads).step_by(HT) {
+            let hn = (heads - h0).min(HT);
+            for r in 0..tn {
+                if h0 == 0 && t0 + r + PF < n_rows {
+                    prefetch_row(row(t0 + r + PF), 2 * hd);
+                }
+                let kp = row(t0 + r);
+                let k: [__m512; NC] = std::array::from_fn(|c| load_h16(kp.add(16 * c)));
+                for h in 0..hn {
+                    let qp = qs.as_ptr().add((h0 + h) * hd);
+                    let q = |c: usize| _mm512_loadu_ps(qp.add(16 * c));
+                    sums[h][r] = match order {
+                        crate::AttnOrder::Prefill => {
+                            let mut acc = _mm512_setzero_ps();
+                            for c in 0..NC {
+                                acc = _mm512_fmadd_ps(k[c], q(c), acc);
+                            }
+                            acc
+                        }
+                        crate::AttnOrder::Decode => {
+                            // Chunk c of 16 goes to ggml's accumulator c % 4 (chunks of 64).
+                            let mut acc = [_mm512_setzero_ps(); 4];
+                            for c in 0..NC {
+                                acc[c % 4] = _mm512_fmadd_ps(k[c], q(c), acc[c % 4]);
+                            }
+                            _mm512_add_ps(_mm512_add_ps(acc[0], acc[2]), _mm512_add_ps(acc[1], acc[3]))
+                        }
+                    };
+                }
+            }
+            for (h, s) in sums.iter().enumerate().take(hn) {
+                // Rows past `tn` hold an earlier tile's sums; their lanes are not stored.
+                _mm512_mask_storeu_ps(out.as_mut_ptr().add((h0 + h) * out_stride + t0), tail_mask(tn), reduce16x16(s));
+            }
         }
     }
 }
@@ -616,23 +728,104 @@ pub(crate) unsafe fn softmax_f16(scores: &mut [f32], scale: f32) {
 }
 
 /// [`crate::Kernels::accumulate_values_f16`], bit-identical to
-/// [`crate::ggml_float::accumulate_values`].
+/// [`crate::ggml_float::accumulate_values`]: row `i` (position `first + i`) starts at `row(i)`.
+/// With `LOAD` the sums are added to `acc`; without, `acc` is set to them (every lane written,
+/// as if it had been zero).
+///
+/// Accumulator lane `l` is a chain of its own over the positions `j = l mod lanes` in increasing
+/// order, so the lanes are taken one at a time, a lane's row of each head in registers across
+/// its positions, each V chunk converted once for the heads: the same FMAs in the same order as
+/// row by row, with one load and store per accumulator row instead of one per position.
 /// # Safety
 /// The CPU must have the features in this function's `target_feature` attribute; `hd` is a
-/// multiple of 16; the slices hold what `Kernels::accumulate_values_f16` checks.
+/// multiple of 16; every `row(i)`, `i < n_rows`, is valid for `hd` reads; `acc` and `weights`
+/// hold what `Kernels::accumulate_values_f16` checks.
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx512f,fma,f16c")]
-pub(crate) unsafe fn accumulate_values_f16(acc: &mut [f32], hd: usize, order: crate::AttnOrder, first: usize, weights: &[f32], w_stride: usize, n_rows: usize, rows: &[f16], stride: usize) {
+pub(crate) unsafe fn accumulate_values_f16<const LOAD: bool>(acc: &mut [f32], hd: usize, order: crate::AttnOrder, first: usize, weights: &[f32], w_stride: usize, n_rows: usize, row: &impl Fn(usize) -> *const f16) {
     let lanes = order.value_lanes();
     let heads = acc.len() / (lanes * hd);
-    for i in 0..n_rows {
-        let v = rows.as_ptr().add(i * stride);
-        let row = ((first + i) % lanes) * hd;
-        for h in 0..heads {
-            let a = acc.as_mut_ptr().add(h * lanes * hd + row);
-            let wv = _mm512_set1_ps(*weights.get_unchecked(h * w_stride + i));
-            for d in (0..hd).step_by(16) {
-                _mm512_storeu_ps(a.add(d), _mm512_fmadd_ps(wv, load_h16(v.add(d)), _mm512_loadu_ps(a.add(d))));
+    // Heads per pass and 16-element chunks per register row: at most 16 accumulators.
+    let nc = hd / 16;
+    let mut h0 = 0;
+    while h0 < heads {
+        let hn = (heads - h0).min(8);
+        let ch = if hn <= 4 && nc.is_multiple_of(4) {
+            4
+        } else if nc.is_multiple_of(2) {
+            2
+        } else {
+            1
+        };
+        let a = acc.as_mut_ptr().add(h0 * lanes * hd);
+        let w = weights.as_ptr().add(h0 * w_stride);
+        macro_rules! pass {
+            ($(($h:literal, $c:literal)),*) => {
+                match (hn, ch) {
+                    $(($h, $c) => values_lanes::<$h, $c, LOAD>(a, hd, lanes, first, n_rows, row, w, w_stride),)*
+                    _ => unreachable!("heads per pass are 1..=8, chunks 1, 2 or 4"),
+                }
+            };
+        }
+        pass!(
+            (1, 4), (2, 4), (3, 4), (4, 4),
+            (1, 2), (2, 2), (3, 2), (4, 2), (5, 2), (6, 2), (7, 2), (8, 2),
+            (1, 1), (2, 1), (3, 1), (4, 1), (5, 1), (6, 1), (7, 1), (8, 1)
+        );
+        h0 += hn;
+    }
+}
+
+/// [`accumulate_values_f16`] for `H` heads (accumulators at `acc + h * lanes * hd`, weights at
+/// `w + h * w_stride`), `CH` chunks of 16 elements at a time.
+/// # Safety
+/// As [`accumulate_values_f16`]; `CH * 16` divides `hd`.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+#[target_feature(enable = "avx512f,fma,f16c")]
+unsafe fn values_lanes<const H: usize, const CH: usize, const LOAD: bool>(acc: *mut f32, hd: usize, lanes: usize, first: usize, n_rows: usize, row: &impl Fn(usize) -> *const f16, w: *const f32, w_stride: usize) {
+    // Row i0 is the first of lane (first + i0) % lanes; lanes without rows only need zeros.
+    let last = if LOAD { lanes.min(n_rows) } else { lanes };
+    // Rows are fetched PF lanes ahead of their use (the first PF lanes' before starting).
+    const PF: usize = 16;
+    for i0 in 0..PF.min(n_rows) {
+        for i in (i0..n_rows).step_by(lanes) {
+            prefetch_row(row(i), 2 * hd);
+        }
+    }
+    for i0 in 0..last {
+        if i0 + PF < lanes.min(n_rows) {
+            for i in (i0 + PF..n_rows).step_by(lanes) {
+                prefetch_row(row(i), 2 * hd);
+            }
+        }
+        let lane = acc.add((first + i0) % lanes * hd);
+        for d in (0..hd).step_by(16 * CH) {
+            let at = |h: usize, c: usize| lane.add(h * lanes * hd + d + 16 * c);
+            let mut a = [[_mm512_setzero_ps(); CH]; H];
+            if LOAD {
+                for h in 0..H {
+                    for c in 0..CH {
+                        a[h][c] = _mm512_loadu_ps(at(h, c));
+                    }
+                }
+            }
+            let mut i = i0;
+            while i < n_rows {
+                let vp = row(i);
+                let v: [__m512; CH] = std::array::from_fn(|c| load_h16(vp.add(d + 16 * c)));
+                for h in 0..H {
+                    let wv = _mm512_set1_ps(*w.add(h * w_stride + i));
+                    for c in 0..CH {
+                        a[h][c] = _mm512_fmadd_ps(wv, v[c], a[h][c]);
+                    }
+                }
+                i += lanes;
+            }
+            for h in 0..H {
+                for c in 0..CH {
+                    _mm512_storeu_ps(at(h, c), a[h][c]);
+                }
             }
         }
     }

@@ -99,6 +99,8 @@ impl ActPack {
 pub(crate) const RT: usize = 4;
 /// Tokens per micro-tile.
 pub(crate) const TT: usize = 4;
+/// Tokens per micro-tile of the AVX-512 32-block kernel (see [`drive_with`]).
+pub(crate) const TT8: usize = 8;
 /// Tokens per cache block (activations of one block stay in L2 while rows stream).
 pub(crate) const TB: usize = 64;
 
@@ -121,6 +123,31 @@ macro_rules! dispatch_tile {
             (1, 3) => $f::<$w, 1, 3>($($arg),*),
             (1, 2) => $f::<$w, 1, 2>($($arg),*),
             _ => $f::<$w, 1, 1>($($arg),*),
+        }
+    };
+}
+
+/// [`dispatch_tile`] for tiles of up to [`TT8`] tokens.
+macro_rules! dispatch_tile8 {
+    ($f:ident, $w:expr, $nr:expr, $nt:expr, $($arg:expr),*) => {
+        match ($nr, $nt) {
+            (4, 8) => $f::<$w, 4, 8>($($arg),*),
+            (4, 7) => $f::<$w, 4, 7>($($arg),*),
+            (4, 6) => $f::<$w, 4, 6>($($arg),*),
+            (4, 5) => $f::<$w, 4, 5>($($arg),*),
+            (3, 8) => $f::<$w, 3, 8>($($arg),*),
+            (3, 7) => $f::<$w, 3, 7>($($arg),*),
+            (3, 6) => $f::<$w, 3, 6>($($arg),*),
+            (3, 5) => $f::<$w, 3, 5>($($arg),*),
+            (2, 8) => $f::<$w, 2, 8>($($arg),*),
+            (2, 7) => $f::<$w, 2, 7>($($arg),*),
+            (2, 6) => $f::<$w, 2, 6>($($arg),*),
+            (2, 5) => $f::<$w, 2, 5>($($arg),*),
+            (1, 8) => $f::<$w, 1, 8>($($arg),*),
+            (1, 7) => $f::<$w, 1, 7>($($arg),*),
+            (1, 6) => $f::<$w, 1, 6>($($arg),*),
+            (1, 5) => $f::<$w, 1, 5>($($arg),*),
+            _ => dispatch_tile!($f, $w, $nr, $nt, $($arg),*),
         }
     };
 }
@@ -156,7 +183,14 @@ pub(crate) struct Tile {
 /// Walks the (rows x tokens) output in cache blocks of `TB` tokens and micro-tiles of
 /// `RT x TT`, calling `prep(r0, nr)` once per row tile and block before its tiles.
 #[inline(always)]
-pub(crate) fn drive(
+pub(crate) fn drive(nrows: usize, n_tokens: usize, tile: impl FnMut(usize, usize, usize, usize), prep: impl FnMut(usize, usize)) {
+    drive_with::<TT>(nrows, n_tokens, tile, prep)
+}
+
+/// [`drive`] with micro-tiles of `RT x T`: a kernel with room in its registers for more tokens
+/// decodes each weight block once for all of them.
+#[inline(always)]
+pub(crate) fn drive_with<const T: usize>(
     nrows: usize,
     n_tokens: usize,
     mut tile: impl FnMut(usize, usize, usize, usize),
@@ -171,7 +205,7 @@ pub(crate) fn drive(
             prep(r0, nr);
             let mut t0 = tb;
             while t0 < te {
-                let nt = TT.min(te - t0);
+                let nt = T.min(te - t0);
                 tile(r0, nr, t0, nt);
                 t0 += nt;
             }

@@ -360,6 +360,87 @@ fn ggml_float_ops_are_bit_identical_across_levels() {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// The attention kernels over rows scattered across blocks of a paged cache (one slice per
+    /// row) give ggml's bits on every level: the scores of `ggml_float::dot`, the value
+    /// accumulators of `ggml_float::accumulate_values` row by row from zero, whatever the head
+    /// count (more than one pass of heads too), head size, length and block size.
+    #[test]
+    fn proptest_attention_rows_match_ggml(
+        hdi in 0usize..6,
+        heads in 1usize..11,
+        len in 1usize..300,
+        bsi in 0usize..4,
+        seed in any::<u64>(),
+    ) {
+        use strata_quant::{ggml_float, AttnOrder};
+        let hd = [16usize, 48, 64, 128, 192, 256][hdi];
+        let block_size = [1usize, 3, 16, 64][bsi];
+        let mut rng = StdRng::seed_from_u64(seed);
+        // An arena of blocks, rows of two heads' columns plus padding; this head's the second.
+        let n_blocks = len.div_ceil(block_size) + 3;
+        let stride = 2 * hd + 8;
+        let arena: Vec<f16> = (0..n_blocks * block_size * stride)
+            .map(|i| match i % 97 {
+                0 => f16::from_f32(-0.0),
+                1 => f16::from_f32(0.0),
+                _ => f16::from_f32(rng.gen_range(-1.0f32..1.0)),
+            })
+            .collect();
+        let mut table: Vec<usize> = (0..n_blocks).collect();
+        for i in (1..n_blocks).rev() {
+            table.swap(i, rng.gen_range(0..=i));
+        }
+        let rows: Vec<&[f16]> = (0..len)
+            .map(|j| {
+                let cell = table[j / block_size] * block_size + j % block_size;
+                &arena[cell * stride + hd..cell * stride + 2 * hd]
+            })
+            .collect();
+        let rows32: Vec<Vec<f32>> = rows.iter().map(|r| r.iter().map(|x| x.to_f32()).collect()).collect();
+        let q: Vec<f32> = (0..heads * hd).map(|_| f16::from_f32(rng.gen_range(-2.0f32..2.0)).to_f32()).collect();
+        let weights: Vec<f32> = (0..heads * len)
+            .map(|i| if i % 13 == 0 { 0.0 } else { f16::from_f32(rng.gen_range(0.0f32..1.0)).to_f32() })
+            .collect();
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        for order in [AttnOrder::Decode, AttnOrder::Prefill] {
+            let lanes = order.value_lanes();
+            let mut want_dots = vec![0f32; heads * len];
+            for h in 0..heads {
+                for j in 0..len {
+                    want_dots[h * len + j] = ggml_float::dot(&rows32[j], &q[h * hd..(h + 1) * hd], order);
+                }
+            }
+            let mut want_acc = vec![0f32; heads * lanes * hd];
+            for h in 0..heads {
+                let a = &mut want_acc[h * lanes * hd..(h + 1) * lanes * hd];
+                for j in 0..len {
+                    ggml_float::accumulate_values(a, hd, order, j, &[weights[h * len + j]], &rows32[j]);
+                }
+            }
+            for kern in std::iter::once(scalar()).chain(simd_levels()) {
+                let level = kern.level();
+                let mut dots = vec![f32::NAN; heads * len];
+                kern.attn_dots_f16_rows(&rows, &q, hd, order, &mut dots, len);
+                prop_assert_eq!(bits(&dots), bits(&want_dots), "{:?} dots hd={} heads={} len={} {:?}", level, hd, heads, len, order);
+                // Written over whatever was there.
+                let mut acc = vec![f32::NAN; heads * lanes * hd];
+                kern.values_f16_rows(&mut acc, hd, order, &weights, len, &rows);
+                prop_assert_eq!(bits(&acc), bits(&want_acc), "{:?} values hd={} heads={} len={} bs={} {:?}", level, hd, heads, len, block_size, order);
+                // The contiguous form, added in two calls, the second starting mid-way.
+                let flat: Vec<f16> = rows.iter().flat_map(|r| r.iter().copied()).collect();
+                let split = len / 3;
+                let mut acc2 = vec![0f32; heads * lanes * hd];
+                kern.accumulate_values_f16(&mut acc2, hd, order, 0, &weights, len, split, &flat[..split * hd], hd);
+                kern.accumulate_values_f16(&mut acc2, hd, order, split, &weights[split..], len, len - split, &flat[split * hd..], hd);
+                prop_assert_eq!(bits(&acc2), bits(&want_acc), "{:?} split values hd={} heads={} len={} {:?}", level, hd, heads, len, order);
+            }
+        }
+    }
+}
+
 /// Activations packed once give every row block the bits of an unpacked call, on every level;
 /// a pack made for another product is refused.
 #[test]

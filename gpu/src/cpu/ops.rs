@@ -101,37 +101,41 @@ pub fn attend_group(
     let AttnScratch { scores, q_rounded, acc } = scratch;
     scores.resize(scores.len().max(heads * len), 0.0);
     q_rounded.resize(q_rounded.len().max(heads * hd), 0.0);
-    acc.clear();
-    acc.resize(heads * per_head, 0.0);
+    // Written whole by `values_f16_rows`: no clearing.
+    acc.resize(acc.len().max(heads * per_head), 0.0);
     for (r, &x) in q_rounded.iter_mut().zip(q) {
         *r = f16::from_f32(x).to_f32();
     }
     let q = &q_rounded[..heads * hd];
     let scores = &mut scores[..heads * len];
+    let acc = &mut acc[..heads * per_head];
+    // This head's `hd` columns of cells `0..len` of K or V, wherever their blocks lie: the
+    // kernels take the rows in position order across blocks (a value lane's positions span many
+    // blocks).
+    assert!(block_table.len() * block_size >= len, "attend_group: the block table is shorter than the sequence");
     let stride = kv.placement().row_stride_bytes as usize / 2;
-    // Cells j0..j0+n (one KV block) of K or V: rows of `stride` f16, this head's at `kv_col`.
-    let block_rows = |v: bool, j0: usize, n: usize| -> &[f16] {
-        let first = (block_table[j0 / block_size] as usize * block_size) as u64;
-        // SAFETY: the batch was validated: every position up to this token's lies in a block of
-        // its table, inside the arena; a block's cells are consecutive rows of `stride` elements;
-        // cells of earlier positions are no longer being written.
-        unsafe { std::slice::from_raw_parts((kv.row_ptr(layer, v, first) as *const f16).add(kv_col), (n - 1) * stride + hd) }
+    let fill_rows = |v: bool, rows: &mut Vec<&[f16]>| {
+        rows.clear();
+        for (b, &block) in block_table.iter().enumerate().take(len.div_ceil(block_size)) {
+            let n = (len - b * block_size).min(block_size);
+            // SAFETY: the batch was validated: every position up to this token's lies in a block
+            // of its table, inside the arena; a block's cells are consecutive rows of `stride`
+            // elements, each holding every KV head's columns (`kv_col + hd` at least); cells of
+            // earlier positions are no longer being written.
+            unsafe {
+                let first = (kv.row_ptr(layer, v, (block as usize * block_size) as u64) as *const f16).add(kv_col);
+                rows.extend((0..n).map(|i| std::slice::from_raw_parts(first.add(i * stride), hd)));
+            }
+        }
     };
-    let mut j0 = 0;
-    while j0 < len {
-        let n = (block_size - j0 % block_size).min(len - j0);
-        kernels.attn_dots_f16(block_rows(false, j0, n), stride, n, q, hd, order, &mut scores[j0..], len);
-        j0 += n;
-    }
+    let mut rows = Vec::with_capacity(len);
+    fill_rows(false, &mut rows);
+    kernels.attn_dots_f16_rows(&rows, q, hd, order, scores, len);
     for head_scores in scores.chunks_exact_mut(len) {
         kernels.softmax_f16(head_scores, scale);
     }
-    let mut j0 = 0;
-    while j0 < len {
-        let n = (block_size - j0 % block_size).min(len - j0);
-        kernels.accumulate_values_f16(acc, hd, order, j0, &scores[j0..], len, n, block_rows(true, j0, n), stride);
-        j0 += n;
-    }
+    fill_rows(true, &mut rows);
+    kernels.values_f16_rows(acc, hd, order, scores, len, &rows);
     for h in 0..heads {
         kernels.finish_values(&acc[h * per_head..(h + 1) * per_head], hd, order, &mut out[h * hd..(h + 1) * hd]);
     }
