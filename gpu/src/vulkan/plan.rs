@@ -611,7 +611,10 @@ impl VulkanPlan {
         }
         let mut rec = Recorder { device: &device, cb, pipelines: &mut self.pipelines };
         rec.copy_in(params_host, params_buffer, params_bytes);
-        rec.zero(counters_buffer, counters.offset, counter_bytes(graph));
+        // Only the opt-in fused epilogues count (a fill and a barrier per step otherwise saved).
+        if ["STRATA_VULKAN_FUSE_SWIGLU_PRODUCT", "STRATA_VULKAN_FUSE_ATTENTION"].iter().any(|k| std::env::var(k).as_deref() == Ok("1")) {
+            rec.zero(counters_buffer, counters.offset, counter_bytes(graph));
+        }
         if let Some((pool, _)) = profile_pool {
             rec.timestamp(pool, 0);
         }
