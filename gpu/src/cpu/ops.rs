@@ -56,11 +56,12 @@ pub fn rope(head: &mut [f32], cos: &[f32], sin: &[f32], style: RopeStyle) {
     }
 }
 
-/// Converts to half precision (round to nearest even, as ggml does).
+/// Converts to half precision (round to nearest even, as ggml does), with F16C where the CPU has
+/// it (`half`'s slice conversion; the same rounding as the scalar one).
 pub fn f32_to_f16(src: &[f32], dst: &mut [f16]) {
-    for (d, &s) in dst.iter_mut().zip(src) {
-        *d = f16::from_f32(s);
-    }
+    use half::slice::HalfFloatSliceExt;
+    let n = src.len().min(dst.len());
+    dst[..n].convert_from_f32_slice(&src[..n]);
 }
 
 /// Per-thread buffers of [`attend_group`].
