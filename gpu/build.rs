@@ -62,6 +62,7 @@ fn main() {
         for (act, define) in [("q8_0", "ACT_Q8_0"), ("q8_k", "ACT_Q8_K")] {
             compile_with(&glslc, "matvec_q", &format!("matvec_swiglu_{}_{act}", ty.to_lowercase()), &[&t, "NT=1", "ROWS=2", "SWIGLU_PAIR", define], &out);
         }
+        compile_with(&glslc, "matvec_q", &format!("matvec_swiglu_{}_f32", ty.to_lowercase()), &[&t, "NT=1", "ROWS=2", "SWIGLU_PAIR", "ACT_Q8_0", "NO_TICKET"], &out);
     }
     for ty in EXACT_TYPES {
         for (nt, unroll) in EXACT_BUILDS {

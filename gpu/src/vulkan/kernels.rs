@@ -43,6 +43,9 @@ pub enum Kernel {
     /// MatVecInt1 for a layer's gate and up projections (row i of each in a workgroup) with
     /// SwiGLU and the quantization for the down projection in its epilogue (one decoding token).
     MatVecIntSwiGlu(WeightFormat, ActRounding),
+    /// MatVecIntSwiGlu that writes the f32 SwiGLU row only (no tickets; the quantization runs
+    /// on its own): a diagnostic of what pairing the gate and up rows costs.
+    MatVecIntSwiGluF32(WeightFormat),
     /// The integer kernel that computes the CPU device's bits (Q4_0, Q4_1, Q8_0, Q4_K): `nt`
     /// tokens per pass (1 or 4), each lane loading `unroll` blocks ahead (1, 2, 4 or 8; 1 or 2
     /// with 4 tokens).
@@ -224,6 +227,7 @@ impl Kernel {
             Kernel::MatVecIntRope(f) => per_int_format!(f, "matvec_qkv"),
             Kernel::MatVecIntSwiGlu(f, ActRounding::Q8_0) => per_int_format!(f, "matvec_swiglu", "_q8_0"),
             Kernel::MatVecIntSwiGlu(f, ActRounding::Q8_K) => per_int_format!(f, "matvec_swiglu", "_q8_k"),
+            Kernel::MatVecIntSwiGluF32(f) => per_int_format!(f, "matvec_swiglu", "_f32"),
             Kernel::AttentionDecodeFused(ActRounding::Q8_0) => spv!("attention_decode_fused_q8_0"),
             Kernel::AttentionDecodeFused(ActRounding::Q8_K) => spv!("attention_decode_fused_q8_k"),
             Kernel::MatVecExact { format: f, nt: 1, unroll: 1 } => per_exact_format!(f, "matvec_exact_t1_u1", v.fma_via_f64()),

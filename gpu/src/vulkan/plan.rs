@@ -710,11 +710,22 @@ impl VulkanPlan {
                             .u32(meta_offset as u32)
                             .u32(g.rows as u32)
                             .u32(out_meta_offset as u32);
-                        rec.dispatch(Kernel::MatVecIntSwiGlu(g.layout.format, r), &push, [g.rows as u32, 1, 1])?;
-                        // SwiGLU is done, and the down projection's input quantized (into the
-                        // spare records: the products' own input is still being read).
                         skip_ops = 1;
-                        prequantized = Some(rounded_alt.address);
+                        if std::env::var("STRATA_VULKAN_FUSE_SWIGLU_PRODUCT").as_deref() == Ok("f32") {
+                            // Diagnostic: the paired products write the f32 SwiGLU row; the
+                            // quantization is a stage of its own.
+                            rec.dispatch(Kernel::MatVecIntSwiGluF32(g.layout.format), &push, [g.rows as u32, 1, 1])?;
+                            rec.barrier();
+                            let (record_bytes, meta) = int_act_record(g.rows);
+                            let quantize = Push::new().addr(addr_of(act)).addr(rounded[r as usize].address).u32(g.rows as u32).u32(g.rows as u32).u32(1).u32(record_bytes as u32).u32(meta as u32);
+                            rec.dispatch(Kernel::QuantizeActInt(r), &quantize, [g.rows.div_ceil(256) as u32, 1, 1])?;
+                            prequantized = Some(rounded[r as usize].address);
+                        } else {
+                            rec.dispatch(Kernel::MatVecIntSwiGlu(g.layout.format, r), &push, [g.rows as u32, 1, 1])?;
+                            // SwiGLU is done, and the down projection's input quantized (into the
+                            // spare records: the products' own input is still being read).
+                            prequantized = Some(rounded_alt.address);
+                        }
                         fused[1] += 1;
                     } else if let Some((q_buf, layer)) = fused_qkv_rope(ctx, graph, weights, ops, op_index, n) {
                         // Q, K and V with RoPE and the K/V store in the products' epilogues: one
@@ -965,7 +976,7 @@ fn counter_bytes(graph: &ForwardGraph) -> u64 {
 /// fence and ticket each of the 18,944 workgroups takes before it may retire).
 fn fused_swiglu(ctx: &VulkanContext, weights: &[Option<GpuWeight>], ops: &[Op], at: usize, n: usize) -> Option<(BufId, ActRounding)> {
     // Read at each recording (not once per process), so that a test can compare both paths.
-    if std::env::var("STRATA_VULKAN_FUSE_SWIGLU_PRODUCT").as_deref() != Ok("1") || n != 1 || ctx.exact {
+    if !matches!(std::env::var("STRATA_VULKAN_FUSE_SWIGLU_PRODUCT").as_deref(), Ok("1") | Ok("f32")) || n != 1 || ctx.exact {
         return None;
     }
     let Some(Op::MatMul { outputs, .. }) = ops.get(at) else { return None };

@@ -236,9 +236,14 @@ void main() {
             gu[r] = s;
         }
         F32sC(pc.act).v[out_row] = ggml_silu(gu[0]) * gu[1];
+#if !defined(NO_TICKET)
         memoryBarrierBuffer();
         ticket = atomicAdd(U32sC(pc.counters).v[out_row / 256], 1u);
+#endif
     }
+#if !defined(NO_TICKET)
+    // (NO_TICKET builds stop at the f32 output: a diagnostic of the pairing's own cost, the
+    // quantization then runs as a dispatch of its own.)
     barrier();
     uint chunk = out_row / 256;
     if (ticket + 1 != min(256u, pc.rows - chunk * 256)) {
@@ -255,6 +260,7 @@ void main() {
     if (tid == 0) {
         U32sC(pc.counters).v[chunk] = 0;
     }
+#endif
 #else
     if (tid < ROWS * NT) {
         uint row = row0 + tid / NT;
