@@ -180,7 +180,8 @@ fn vulkan_fused_decode_stages_compute_the_unfused_bits() {
     for (name, model) in models {
         let vocab = model.hparams.vocab_size as u32;
         let tokens: Vec<u32> = (0..80u32).map(|i| (i * 7919 + 13) % vocab).collect();
-        // `swiglu`: the gate/up fusion's setting ("f32": paired products, quantization apart).
+        // `swiglu`: the gate/up fusion's setting ("1": quantized through tickets; another value,
+        // as by default: the paired products, the quantization apart).
         let run = |fused: bool, swiglu: &str| {
             // nextest runs each test in a process of its own; the plan reads this when it records.
             for knob in ["STRATA_VULKAN_FUSE_QKV", "STRATA_VULKAN_FUSE_ATTENTION"] {

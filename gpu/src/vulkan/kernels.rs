@@ -41,10 +41,11 @@ pub enum Kernel {
     /// epilogue (a workgroup per rotation pair; one decoding token).
     MatVecIntRope(WeightFormat),
     /// MatVecInt1 for a layer's gate and up projections (row i of each in a workgroup) with
-    /// SwiGLU and the quantization for the down projection in its epilogue (one decoding token).
+    /// SwiGLU and the quantization for the down projection in its epilogue (one decoding token;
+    /// the quantization by the last workgroup of each chunk of 256 outputs: opt-in, slower).
     MatVecIntSwiGlu(WeightFormat, ActRounding),
     /// MatVecIntSwiGlu that writes the f32 SwiGLU row only (no tickets; the quantization runs
-    /// on its own): a diagnostic of what pairing the gate and up rows costs.
+    /// as a dispatch of its own): the default decode path.
     MatVecIntSwiGluF32(WeightFormat),
     /// The integer kernel that computes the CPU device's bits (Q4_0, Q4_1, Q8_0, Q4_K): `nt`
     /// tokens per pass (1 or 4), each lane loading `unroll` blocks ahead (1, 2, 4 or 8; 1 or 2

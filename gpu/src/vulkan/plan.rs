@@ -711,9 +711,9 @@ impl VulkanPlan {
                             .u32(g.rows as u32)
                             .u32(out_meta_offset as u32);
                         skip_ops = 1;
-                        if std::env::var("STRATA_VULKAN_FUSE_SWIGLU_PRODUCT").as_deref() == Ok("f32") {
-                            // Diagnostic: the paired products write the f32 SwiGLU row; the
-                            // quantization is a stage of its own.
+                        if std::env::var("STRATA_VULKAN_FUSE_SWIGLU_PRODUCT").as_deref() != Ok("1") {
+                            // The paired products write the f32 SwiGLU row; the quantization is
+                            // a dispatch of its own (no tickets: faster on the H200).
                             rec.dispatch(Kernel::MatVecIntSwiGluF32(g.layout.format), &push, [g.rows as u32, 1, 1])?;
                             rec.barrier();
                             let (record_bytes, meta) = int_act_record(g.rows);
@@ -971,12 +971,14 @@ fn counter_bytes(graph: &ForwardGraph) -> u64 {
 /// followed by their SwiGLU and a product that reads it as 8-bit records, all of which
 /// [`Kernel::MatVecIntSwiGlu`] does in one stage (the fast integer kernels; gate and up of one
 /// format, without biases). Returns the SwiGLU buffer and the down projection's rounding.
-/// Opt-in (`STRATA_VULKAN_FUSE_SWIGLU_PRODUCT=1`): on the H200 it made the gate/up stage slower
-/// than the two stages it replaces (7B Q4_K: 1,250 us a token against 1,008; the device-scope
-/// fence and ticket each of the 18,944 workgroups takes before it may retire).
+/// By default the quantization is a dispatch of its own after the paired products (7B Q4_K on
+/// the H200: 963 us a token for gate, up, SwiGLU and quantization against 1,007 unfused, +2.6%
+/// decode); `STRATA_VULKAN_FUSE_SWIGLU_PRODUCT=1` quantizes in the last workgroup of each chunk
+/// instead, which was slower (1,250 us: the device-scope fence and ticket each of the 18,944
+/// workgroups takes before it may retire); `=0` turns the fusion off.
 fn fused_swiglu(ctx: &VulkanContext, weights: &[Option<GpuWeight>], ops: &[Op], at: usize, n: usize) -> Option<(BufId, ActRounding)> {
     // Read at each recording (not once per process), so that a test can compare both paths.
-    if !matches!(std::env::var("STRATA_VULKAN_FUSE_SWIGLU_PRODUCT").as_deref(), Ok("1") | Ok("f32")) || n != 1 || ctx.exact {
+    if std::env::var("STRATA_VULKAN_FUSE_SWIGLU_PRODUCT").as_deref() == Ok("0") || n != 1 || ctx.exact {
         return None;
     }
     let Some(Op::MatMul { outputs, .. }) = ops.get(at) else { return None };

@@ -242,8 +242,8 @@ void main() {
 #endif
     }
 #if !defined(NO_TICKET)
-    // (NO_TICKET builds stop at the f32 output: a diagnostic of the pairing's own cost, the
-    // quantization then runs as a dispatch of its own.)
+    // (NO_TICKET builds, the default, stop at the f32 output; the quantization then runs as a
+    // dispatch of its own: the fence and ticket per workgroup cost more than that dispatch.)
     barrier();
     uint chunk = out_row / 256;
     if (ticket + 1 != min(256u, pc.rows - chunk * 256)) {
