@@ -885,10 +885,16 @@ impl VulkanPlan {
                     // workgroups was slower than its own dispatch (7B Q4_K: 438 against 409 us a
                     // token at context 512, and 4.8 against 4.0 ms a token at 8192, where each
                     // last workgroup merges 128 splits of two heads alone).
-                    let fused_combine = (n <= INT_MAX_TOKENS && per_head_decode_attention() && 256usize.is_multiple_of(hp.head_dim) && std::env::var("STRATA_VULKAN_FUSE_ATTENTION").as_deref() == Ok("1"))
-                        .then(|| fused_product_rounding(ctx, weights, ops.get(op_index + 1), *out, n, Some("STRATA_VULKAN_FUSE_COMBINE")))
-                        .flatten()
-                        .filter(|_| !read_before_written(&ops[op_index + 2..], *out));
+                    // The rounding the output projection reads its input in, when the merge can
+                    // quantize for it.
+                    let combine_rounding = fused_product_rounding(ctx, weights, ops.get(op_index + 1), *out, n, Some("STRATA_VULKAN_FUSE_COMBINE"));
+                    let fused_combine = combine_rounding.filter(|_| {
+                        n <= INT_MAX_TOKENS
+                            && per_head_decode_attention()
+                            && 256usize.is_multiple_of(hp.head_dim)
+                            && std::env::var("STRATA_VULKAN_FUSE_ATTENTION").as_deref() == Ok("1")
+                            && !read_before_written(&ops[op_index + 2..], *out)
+                    });
                     if let Some(r) = fused_combine {
                         // The splits merged and quantized for the output projection by the last
                         // workgroup of each chunk: one stage instead of two. (The f32 output is
@@ -909,7 +915,7 @@ impl VulkanPlan {
                         }
                         rec.barrier();
                         let out_width = graph.buffer(*out).width;
-                        if let Some(r) = fused_product_rounding(ctx, weights, ops.get(op_index + 1), *out, n, Some("STRATA_VULKAN_FUSE_COMBINE")) {
+                        if let Some(r) = combine_rounding {
                             // The merge and the quantization for the product that follows.
                             let cols = hp.n_heads * hp.head_dim;
                             let push = quantizing_push(&[partial.address, p_header, addr_of(*out)], rounded[r as usize].address, cols, out_width, n).u32(hp.head_dim as u32);
