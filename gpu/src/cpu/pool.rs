@@ -117,6 +117,47 @@ impl SpinPool {
     }
 }
 
+/// Hands out `0..len` in shrinking chunks to whichever thread asks next (guided scheduling):
+/// a thread the OS preempts, or a share that runs long, leaves the rest to the others, while
+/// the shared counter moves only O(threads x log len) times per job, not once per item (each
+/// move is a cache-line transfer between cores; once per item measured ~4% of batched decode).
+#[repr(align(128))]
+pub struct WorkQueue {
+    next: AtomicUsize,
+    len: usize,
+    n_threads: usize,
+    guided: bool,
+}
+
+impl WorkQueue {
+    /// A queue of items `0..len` shared by `n_threads` threads.
+    pub fn new(len: usize, n_threads: usize) -> WorkQueue {
+        WorkQueue { next: AtomicUsize::new(0), len, n_threads: n_threads.max(1), guided: true }
+    }
+
+    /// A queue that hands out one item per claim: for a few long items of unequal cost, taken
+    /// in the order given (longest first balances best).
+    pub fn one_at_a_time(len: usize) -> WorkQueue {
+        WorkQueue { next: AtomicUsize::new(0), len, n_threads: 1, guided: false }
+    }
+
+    /// The next chunk of items: half the remaining work's fair share per thread, at least one
+    /// item; `None` once all are handed out.
+    pub fn claim(&self) -> Option<std::ops::Range<usize>> {
+        let mut start = self.next.load(Ordering::Relaxed);
+        loop {
+            if start >= self.len {
+                return None;
+            }
+            let take = if self.guided { ((self.len - start) / (2 * self.n_threads)).max(1) } else { 1 };
+            match self.next.compare_exchange_weak(start, start + take, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return Some(start..start + take),
+                Err(now) => start = now,
+            }
+        }
+    }
+}
+
 fn worker(s: &Shared, index: usize, n_threads: usize) {
     let mut seen = 0u64;
     loop {
@@ -188,6 +229,30 @@ impl Drop for SpinPool {
 mod tests {
     use super::*;
     use std::sync::atomic::AtomicUsize;
+
+    #[test]
+    fn a_work_queue_hands_out_every_item_exactly_once() {
+        for (len, threads) in [(0usize, 2usize), (1, 2), (7, 3), (768, 2), (1000, 8)] {
+            let pool = SpinPool::new(threads, "test").expect("pool");
+            let queue = if len % 2 == 0 { WorkQueue::new(len, threads) } else { WorkQueue::one_at_a_time(len) };
+            let seen: Vec<AtomicUsize> = (0..len).map(|_| AtomicUsize::new(0)).collect();
+            let claims = AtomicUsize::new(0);
+            pool.run(&|_, _| {
+                while let Some(r) = queue.claim() {
+                    assert!(!r.is_empty() && r.end <= len);
+                    claims.fetch_add(1, Ordering::Relaxed);
+                    for i in r {
+                        seen[i].fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+            assert!(seen.iter().all(|s| s.load(Ordering::Relaxed) == 1), "len {len}, threads {threads}");
+            // Guided chunks: far fewer claims than items on long queues.
+            if len >= 768 && len % 2 == 0 {
+                assert!(claims.load(Ordering::Relaxed) < len / 8, "{} claims for {len} items", claims.load(Ordering::Relaxed));
+            }
+        }
+    }
 
     #[test]
     fn every_thread_runs_every_job_once() {
