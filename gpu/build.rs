@@ -9,6 +9,9 @@ const PER_TYPE: &[&str] = &["matvec", "matmul", "embed"];
 const TYPES: &[&str] = &["F32", "F16", "Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q6_K"];
 /// The weight types of the integer-dot-product kernel (quantized ones).
 const INT_TYPES: &[&str] = &["Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q6_K"];
+/// The product kernels' workgroup layouts (kernels.rs, ProductLayout): (file suffix, lane groups
+/// per workgroup of 128).
+const PRODUCT_LAYOUTS: &[(&str, u32)] = &[("", 1), ("_g2", 2), ("_g4", 4)];
 /// Rows per workgroup of its one-token build (chosen at run time, `STRATA_MATVEC_ROWS`).
 const INT_ROWS: &[u32] = &[1, 2, 4, 8];
 /// The weight types of the kernel that computes the CPU's bits (matvec_exact), and its builds:
@@ -54,15 +57,30 @@ fn main() {
     }
     for ty in INT_TYPES {
         let t = format!("TYPE_{ty}");
+        let ty = ty.to_lowercase();
         for rows in INT_ROWS {
-            compile_with(&glslc, "matvec_q", &format!("matvec_q1_r{rows}_{}", ty.to_lowercase()), &[&t, "NT=1", &format!("ROWS={rows}")], &out);
+            compile_with(&glslc, "matvec_q", &format!("matvec_q1_r{rows}_{ty}"), &[&t, "NT=1", &format!("ROWS={rows}")], &out);
         }
-        compile_with(&glslc, "matvec_q", &format!("matvec_q4_{}", ty.to_lowercase()), &[&t, "NT=4", "ROWS=2"], &out);
-        compile_with(&glslc, "matvec_q", &format!("matvec_qkv_{}", ty.to_lowercase()), &[&t, "NT=1", "ROWS=2", "QKV_ROPE"], &out);
-        for (act, define) in [("q8_0", "ACT_Q8_0"), ("q8_k", "ACT_Q8_K")] {
-            compile_with(&glslc, "matvec_q", &format!("matvec_swiglu_{}_{act}", ty.to_lowercase()), &[&t, "NT=1", "ROWS=2", "SWIGLU_PAIR", define], &out);
+        // Each layout (kernels.rs, ProductLayout) of every product kernel; 128 lanes a row
+        // (one group) carries no suffix.
+        for (suffix, groups) in PRODUCT_LAYOUTS {
+            let layout = [format!("GROUPS={groups}")];
+            let with = |d: &[&str]| -> Vec<String> { d.iter().map(|s| s.to_string()).chain(layout.iter().cloned()).collect() };
+            let build = |name: &str, defines: &[&str]| {
+                let d = with(defines);
+                let d: Vec<&str> = d.iter().map(String::as_str).collect();
+                compile_with(&glslc, "matvec_q", &format!("{name}{suffix}"), &d, &out);
+            };
+            build(&format!("matvec_q4_{ty}"), &[&t, "NT=4", "ROWS=2"]);
+            if *groups > 1 {
+                build(&format!("matvec_q1_r2_{ty}"), &[&t, "NT=1", "ROWS=2"]);
+            }
+            build(&format!("matvec_qkv_{ty}"), &[&t, "NT=1", "ROWS=2", "QKV_ROPE"]);
+            for (act, define) in [("q8_0", "ACT_Q8_0"), ("q8_k", "ACT_Q8_K")] {
+                build(&format!("matvec_swiglu_{ty}_{act}"), &[&t, "NT=1", "ROWS=2", "SWIGLU_PAIR", define]);
+            }
+            build(&format!("matvec_swiglu_{ty}_f32"), &[&t, "NT=1", "ROWS=2", "SWIGLU_PAIR", "ACT_Q8_0", "NO_TICKET"]);
         }
-        compile_with(&glslc, "matvec_q", &format!("matvec_swiglu_{}_f32", ty.to_lowercase()), &[&t, "NT=1", "ROWS=2", "SWIGLU_PAIR", "ACT_Q8_0", "NO_TICKET"], &out);
     }
     for ty in EXACT_TYPES {
         for (nt, unroll) in EXACT_BUILDS {

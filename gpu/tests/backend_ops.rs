@@ -150,6 +150,34 @@ fn vulkan_products_equal_the_cpu_products() {
     }
 }
 
+/// The fast integer products are batch invariant: a token's outputs are the same bits whether it
+/// is multiplied alone (the one-token kernel) or with others (the four-token kernel, passes
+/// partly empty), for rows short enough for 64 lanes a row (but of more than 64 blocks, so that
+/// the lanes' shares differ between layouts) and long enough for 128.
+#[test]
+fn vulkan_integer_products_do_not_depend_on_the_batch() {
+    let Some(ctx) = first_vulkan_context(ContextOptions { integer_dot_product: true, exact: false }) else { return };
+    let mut vk = VulkanOps::new(&ctx).expect("ops");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(34);
+    for ty in [GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K] {
+        let widths = if ty.block_elems() == 256 { [256 * 14, 256 * 19] } else { [32 * 100, 32 * 300] };
+        for cols in widths {
+            let rows = 21;
+            let (wq, _) = quantized(ty, &random(&mut rng, rows * cols, 1.0), cols);
+            let x = random(&mut rng, 6 * cols, 1.0);
+            let alone: Vec<Vec<f32>> = (0..6).map(|t| vk.matmul(ty, &wq, rows, cols, &x[t * cols..(t + 1) * cols], 1).expect("one token")).collect();
+            for n in [2usize, 5, 6] {
+                let together = vk.matmul(ty, &wq, rows, cols, &x[..n * cols], n).expect("batch");
+                for (t, want) in alone.iter().take(n).enumerate() {
+                    let got = &together[t * rows..(t + 1) * rows];
+                    let differ = got.iter().zip(want).filter(|(g, w)| g.to_bits() != w.to_bits()).count();
+                    assert_eq!(differ, 0, "{ty} {rows}x{cols}: token {t} of {n} differs from the token alone in {differ} outputs");
+                }
+            }
+        }
+    }
+}
+
 /// In the exact mode, the integer products of decode-sized steps compute the CPU device's bits: Q4_0, Q4_1 and
 /// Q8_0 as every CPU level does (ggml's x86 arithmetic), Q4_K as the AVX-512 level does (the
 /// level a GPU host runs; skipped on a CPU without it). Awkward row counts, widths that are not

@@ -33,20 +33,21 @@ pub enum Kernel {
     /// Matrix-vector product for up to a few tokens (batched decode).
     MatVec(WeightFormat),
     /// Matrix-vector product of 8-bit activation quants by integer dot products, one token, with
-    /// this many rows per workgroup (1, 2, 4 or 8). Quantized weight formats only.
-    MatVecInt1(WeightFormat, u8),
+    /// this many rows per lane group (1, 2, 4 or 8; other than 2 with
+    /// [`ProductLayout::Lanes128`] only). Quantized weight formats only.
+    MatVecInt1(WeightFormat, u8, ProductLayout),
     /// The same for up to four tokens per pass (batched decode).
-    MatVecInt(WeightFormat),
+    MatVecInt(WeightFormat, ProductLayout),
     /// MatVecInt1 for one of a layer's Q, K and V projections with RoPE and the K/V store in its
-    /// epilogue (a workgroup per rotation pair; one decoding token).
-    MatVecIntRope(WeightFormat),
-    /// MatVecInt1 for a layer's gate and up projections (row i of each in a workgroup) with
+    /// epilogue (a lane group per rotation pair; one decoding token).
+    MatVecIntRope(WeightFormat, ProductLayout),
+    /// MatVecInt1 for a layer's gate and up projections (row i of each in a lane group) with
     /// SwiGLU and the quantization for the down projection in its epilogue (one decoding token;
     /// the quantization by the last workgroup of each chunk of 256 outputs: opt-in, slower).
-    MatVecIntSwiGlu(WeightFormat, ActRounding),
+    MatVecIntSwiGlu(WeightFormat, ActRounding, ProductLayout),
     /// MatVecIntSwiGlu that writes the f32 SwiGLU row only (no tickets; the quantization runs
     /// as a dispatch of its own): the default decode path.
-    MatVecIntSwiGluF32(WeightFormat),
+    MatVecIntSwiGluF32(WeightFormat, ProductLayout),
     /// The integer kernel that computes the CPU device's bits (Q4_0, Q4_1, Q8_0, Q4_K): `nt`
     /// tokens per pass (1 or 4), each lane loading `unroll` blocks ahead (1, 2, 4 or 8; 1 or 2
     /// with 4 tokens).
@@ -109,6 +110,55 @@ impl ActRounding {
 
 }
 
+/// How matvec_q.comp lays out its 128-invocation workgroups: groups of 128, 64 or 32 lanes,
+/// each group owning its rows, a lane taking every (lanes)-th 32-element block of them. A row's
+/// arithmetic depends on the lanes per row, so every product kernel of a device (one token,
+/// batched, fused) uses the same layout. Fewer lanes a row: more blocks per lane in turn and
+/// fewer, longer-lived workgroups (H200, 7B Q4_K decode: 64 lanes 356 t/s, 128 lanes 336).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ProductLayout {
+    Lanes128,
+    Lanes64,
+    Lanes32,
+}
+
+impl ProductLayout {
+    /// Lane groups per workgroup.
+    pub fn groups(self) -> usize {
+        128 / self.lanes_per_row() as usize
+    }
+
+    /// Lanes that share one row (a subgroup must fit in them).
+    pub fn lanes_per_row(self) -> u32 {
+        match self {
+            ProductLayout::Lanes128 => 128,
+            ProductLayout::Lanes64 => 64,
+            ProductLayout::Lanes32 => 32,
+        }
+    }
+
+    /// The layout with this many lanes a row (`STRATA_MATVEC_LANES`).
+    pub fn with_lanes(lanes: u32) -> Option<ProductLayout> {
+        match lanes {
+            128 => Some(ProductLayout::Lanes128),
+            64 => Some(ProductLayout::Lanes64),
+            32 => Some(ProductLayout::Lanes32),
+            _ => None,
+        }
+    }
+}
+
+/// A matvec_q.comp build in a layout: file suffix "" (128 lanes), "_g2" or "_g4" after the rest.
+macro_rules! per_layout {
+    ($f:expr, $layout:expr, $kernel:literal, $suffix:literal) => {
+        match $layout {
+            ProductLayout::Lanes128 => per_int_format!($f, $kernel, $suffix),
+            ProductLayout::Lanes64 => per_int_format!($f, $kernel, concat!($suffix, "_g2")),
+            ProductLayout::Lanes32 => per_int_format!($f, $kernel, concat!($suffix, "_g4")),
+        }
+    };
+}
+
 /// Bytes of push constants every kernel's layout declares (the minimum every device offers).
 pub const PUSH_BYTES: u32 = 128;
 
@@ -141,7 +191,7 @@ macro_rules! per_int_format {
     ($f:expr, $kernel:literal) => {
         per_int_format!($f, $kernel, "")
     };
-    ($f:expr, $kernel:literal, $suffix:literal) => {
+    ($f:expr, $kernel:literal, $suffix:expr) => {
         match $f {
             WeightFormat::Q4_0 => include_bytes!(concat!(env!("OUT_DIR"), "/", $kernel, "_q4_0", $suffix, ".spv")),
             WeightFormat::Q4_1 => include_bytes!(concat!(env!("OUT_DIR"), "/", $kernel, "_q4_1", $suffix, ".spv")),
@@ -220,15 +270,15 @@ impl Kernel {
         match self {
             Kernel::MatVec1(f) => per_format!(f, "matvec1"),
             Kernel::MatVec(f) => per_format!(f, "matvec"),
-            Kernel::MatVecInt1(f, 1) => per_int_format!(f, "matvec_q1_r1"),
-            Kernel::MatVecInt1(f, 4) => per_int_format!(f, "matvec_q1_r4"),
-            Kernel::MatVecInt1(f, 8) => per_int_format!(f, "matvec_q1_r8"),
-            Kernel::MatVecInt1(f, _) => per_int_format!(f, "matvec_q1_r2"),
-            Kernel::MatVecInt(f) => per_int_format!(f, "matvec_q4"),
-            Kernel::MatVecIntRope(f) => per_int_format!(f, "matvec_qkv"),
-            Kernel::MatVecIntSwiGlu(f, ActRounding::Q8_0) => per_int_format!(f, "matvec_swiglu", "_q8_0"),
-            Kernel::MatVecIntSwiGlu(f, ActRounding::Q8_K) => per_int_format!(f, "matvec_swiglu", "_q8_k"),
-            Kernel::MatVecIntSwiGluF32(f) => per_int_format!(f, "matvec_swiglu", "_f32"),
+            Kernel::MatVecInt1(f, 1, _) => per_int_format!(f, "matvec_q1_r1"),
+            Kernel::MatVecInt1(f, 4, _) => per_int_format!(f, "matvec_q1_r4"),
+            Kernel::MatVecInt1(f, 8, _) => per_int_format!(f, "matvec_q1_r8"),
+            Kernel::MatVecInt1(f, _, l) => per_layout!(f, l, "matvec_q1_r2", ""),
+            Kernel::MatVecInt(f, l) => per_layout!(f, l, "matvec_q4", ""),
+            Kernel::MatVecIntRope(f, l) => per_layout!(f, l, "matvec_qkv", ""),
+            Kernel::MatVecIntSwiGlu(f, ActRounding::Q8_0, l) => per_layout!(f, l, "matvec_swiglu", "_q8_0"),
+            Kernel::MatVecIntSwiGlu(f, ActRounding::Q8_K, l) => per_layout!(f, l, "matvec_swiglu", "_q8_k"),
+            Kernel::MatVecIntSwiGluF32(f, l) => per_layout!(f, l, "matvec_swiglu", "_f32"),
             Kernel::AttentionDecodeFused(ActRounding::Q8_0) => spv!("attention_decode_fused_q8_0"),
             Kernel::AttentionDecodeFused(ActRounding::Q8_K) => spv!("attention_decode_fused_q8_k"),
             Kernel::MatVecExact { format: f, nt: 1, unroll: 1 } => per_exact_format!(f, "matvec_exact_t1_u1", v.fma_via_f64()),

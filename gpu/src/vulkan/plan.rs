@@ -14,7 +14,7 @@ use strata_model::RopeStyle;
 
 use super::context::VulkanContext;
 use super::conv::{self, GpuLayout};
-use super::kernels::{ActRounding, Kernel, Pipelines, Push, Recorder, WeightFormat};
+use super::kernels::{ActRounding, Kernel, Pipelines, ProductLayout, Push, Recorder, WeightFormat};
 use super::memory::{Buffer, DeviceArena, MemoryKind, Slice, Timeline, Uploader, VulkanKvMemory};
 use super::vk_error;
 use crate::kv_memory::HostKvMemory;
@@ -102,7 +102,7 @@ fn exact_unroll(lanes_total: usize, n_tokens: usize) -> u8 {
 /// `n_tokens` activation records (at most [`INT_MAX_TOKENS`]).
 /// In the exact mode ([`VulkanContext::exact`]) the formats that have it take matvec_exact.comp
 /// (the CPU's lane order), others matvec_q.comp.
-pub(crate) fn int_product_dispatch(ctx: &VulkanContext, format: WeightFormat, rows: usize, n_tokens: usize) -> (Kernel, [u32; 3]) {
+pub(crate) fn int_product_dispatch(ctx: &VulkanContext, format: WeightFormat, rows: usize, cols: usize, n_tokens: usize) -> (Kernel, [u32; 3]) {
     if format.has_exact_kernel() && ctx.exact {
         // 128 invocations per workgroup, 16 (Q4_K) or 8 lanes per row (matvec_exact.comp).
         let lanes = if format == WeightFormat::Q4_K { 16 } else { 8 };
@@ -110,11 +110,31 @@ pub(crate) fn int_product_dispatch(ctx: &VulkanContext, format: WeightFormat, ro
         let unroll = exact_unroll(rows * lanes, n_tokens);
         (Kernel::MatVecExact { format, nt, unroll }, [rows.div_ceil(128 / lanes) as u32, n_tokens.div_ceil(nt as usize) as u32, 1])
     } else if n_tokens > 1 {
-        (Kernel::MatVecInt(format), [rows.div_ceil(2) as u32, n_tokens.div_ceil(4) as u32, 1])
+        let layout = product_layout(ctx, cols);
+        (Kernel::MatVecInt(format, layout), [rows.div_ceil(2 * layout.groups()) as u32, n_tokens.div_ceil(4) as u32, 1])
     } else {
+        let layout = product_layout(ctx, cols);
         let per_group = int_rows_per_group();
-        (Kernel::MatVecInt1(format, per_group), [rows.div_ceil(per_group as usize) as u32, 1, 1])
+        (Kernel::MatVecInt1(format, per_group, layout), [rows.div_ceil(per_group as usize * layout.groups()) as u32, 1, 1])
     }
+}
+
+/// The product kernels' workgroup layout for rows of `cols` elements (kernels.rs,
+/// [`ProductLayout`]): 64 lanes a row for rows of up to 128 blocks of 32 (each lane then takes
+/// one or two blocks in turn, and a workgroup serves twice the rows), 128 for longer rows (64
+/// left too few workgroups to fill the GPU: 7B Q4_0's down projection 534 against 428 us a
+/// token on the H200). `STRATA_MATVEC_LANES` (128, 64 or 32) forces one layout everywhere. 128
+/// where the device's subgroups are wider than a lane group, or where `STRATA_MATVEC_ROWS` asks
+/// for other than 2 rows (those builds have 128 lanes only). A function of the weight's shape,
+/// so every kernel that multiplies a weight (one token, batched, fused) agrees on its bits.
+pub(crate) fn product_layout(ctx: &VulkanContext, cols: usize) -> ProductLayout {
+    static KNOB: std::sync::OnceLock<Option<ProductLayout>> = std::sync::OnceLock::new();
+    let forced = *KNOB.get_or_init(|| std::env::var("STRATA_MATVEC_LANES").ok().and_then(|v| v.parse().ok()).and_then(ProductLayout::with_lanes));
+    let wanted = forced.unwrap_or(if cols / 32 <= 128 { ProductLayout::Lanes64 } else { ProductLayout::Lanes128 });
+    if int_rows_per_group() != 2 || ctx.info.subgroup_size > wanted.lanes_per_row() {
+        return ProductLayout::Lanes128;
+    }
+    wanted
 }
 
 /// attention_exact.comp's scratch per (token, head), in floats: scores (then weights) for the
@@ -697,6 +717,7 @@ impl VulkanPlan {
                         let [gate, up] = outputs.as_slice() else { unreachable!("checked by fused_swiglu") };
                         let (Some(g), Some(u)) = (weights[gate.weight.0 as usize], weights[up.weight.0 as usize]) else { unreachable!("checked by fused_swiglu") };
                         let (_, out_meta_offset) = int_act_record(g.rows);
+                        let layout = product_layout(ctx, g.cols);
                         let push = Push::new()
                             .addr(g.address)
                             .addr(g.aux())
@@ -714,14 +735,14 @@ impl VulkanPlan {
                         if std::env::var("STRATA_VULKAN_FUSE_SWIGLU_PRODUCT").as_deref() != Ok("1") {
                             // The paired products write the f32 SwiGLU row; the quantization is
                             // a dispatch of its own (no tickets: faster on the H200).
-                            rec.dispatch(Kernel::MatVecIntSwiGluF32(g.layout.format), &push, [g.rows as u32, 1, 1])?;
+                            rec.dispatch(Kernel::MatVecIntSwiGluF32(g.layout.format, layout), &push, [g.rows.div_ceil(layout.groups()) as u32, 1, 1])?;
                             rec.barrier();
                             let (record_bytes, meta) = int_act_record(g.rows);
                             let quantize = Push::new().addr(addr_of(act)).addr(rounded[r as usize].address).u32(g.rows as u32).u32(g.rows as u32).u32(1).u32(record_bytes as u32).u32(meta as u32);
                             rec.dispatch(Kernel::QuantizeActInt(r), &quantize, [g.rows.div_ceil(256) as u32, 1, 1])?;
                             prequantized = Some(rounded[r as usize].address);
                         } else {
-                            rec.dispatch(Kernel::MatVecIntSwiGlu(g.layout.format, r), &push, [g.rows as u32, 1, 1])?;
+                            rec.dispatch(Kernel::MatVecIntSwiGlu(g.layout.format, r, layout), &push, [g.rows.div_ceil(layout.groups()) as u32, 1, 1])?;
                             // SwiGLU is done, and the down projection's input quantized (into the
                             // spare records: the products' own input is still being read).
                             prequantized = Some(rounded_alt.address);
@@ -736,6 +757,7 @@ impl VulkanPlan {
                             let bias = p.bias.and_then(|b| weights[b.0 as usize]).map_or(0, |b| b.address);
                             let rounding = ActRounding::for_format(w.layout.format).ok_or_else(|| unsupported(ctx, "fused QKV without 8-bit activations".into()))?;
                             let out = [addr_of(q_buf), kc, vc][mode];
+                            let layout = product_layout(ctx, w.cols);
                             let push = Push::new()
                                 .addr(w.address)
                                 .addr(w.aux())
@@ -754,8 +776,9 @@ impl VulkanPlan {
                                 .u32((hp.rope_dims / 2) as u32)
                                 .u32(u32::from(graph.rope_style == RopeStyle::Neox))
                                 .u32((stride / 2) as u32)
-                                .u32(block_size as u32);
-                            rec.dispatch(Kernel::MatVecIntRope(w.layout.format), &push, [(w.rows / 2) as u32, 1, 1])?;
+                                .u32(block_size as u32)
+                                .u32((w.rows / 2) as u32);
+                            rec.dispatch(Kernel::MatVecIntRope(w.layout.format, layout), &push, [(w.rows / 2).div_ceil(layout.groups()) as u32, 1, 1])?;
                         }
                         // Both RoPEs and the store.
                         skip_ops = 3;
@@ -787,7 +810,7 @@ impl VulkanPlan {
                                 .u32(graph.buffer(out).width as u32)
                                 .u32(meta_offset as u32)
                                 .u32(accumulate);
-                            let (kernel, groups) = int_product_dispatch(ctx, w.layout.format, w.rows, rows_in);
+                            let (kernel, groups) = int_product_dispatch(ctx, w.layout.format, w.rows, w.cols, rows_in);
                             rec.dispatch(kernel, &push, groups)?;
                         } else {
                             let push = Push::new().addr(w.address).addr(w.aux()).addr(x).addr(addr_of(p.out)).addr(bias).u32(w.rows as u32).u32(w.cols as u32).u32(rows_in as u32).u32(x_stride).u32(graph.buffer(p.out).width as u32);

@@ -4,12 +4,16 @@
 // products (four 8-bit products and their sum in one instruction), as the CPU device does: each
 // 32-element block's integer sum is exact, then scaled in f32.
 //
-// A workgroup of 128 invocations owns ROWS rows; invocation i takes items (32-element blocks)
-// i, i + 128, ... of those rows, so a row is read by the whole workgroup at once (many loads in
-// flight, few iterations each), and an item's activations are loaded once for all the rows. The
-// partial sums are added within each subgroup and then across subgroups in a fixed order.
-// The arithmetic of a (row, token) does not depend on NT or ROWS: a token's result is the same
-// whatever else is in its decode batch.
+// A workgroup of 128 invocations holds GROUPS groups of TPR = 128 / GROUPS lanes; each group owns
+// ROWS rows (a "unit"), and lane i takes items (32-element blocks) i, i + TPR, ... of them, UNROLL
+// items' weight loads issued before their math: a row is read by many lanes at once, each with
+// several loads in flight, and an item's activations are loaded once for all the unit's rows.
+// The partial sums are added within each subgroup and then across the group's subgroups in a
+// fixed order. The builds use UNROLL 1: on the H200 two items in flight per lane took 45 -> 71
+// registers and lost more to occupancy than they gained (7B Q4_K decode 356 -> 329 t/s).
+// The arithmetic of a (row, token) depends on TPR only, not on NT, ROWS or UNROLL: a token's result is the same whatever else is in its decode batch, and every
+// variant below (plain, QKV_ROPE, SWIGLU_PAIR) computes the same bits for a row as long as all
+// are built with the same GROUPS (the host builds them alike).
 #include "common.glsl"
 #extension GL_EXT_spirv_intrinsics : require
 
@@ -24,7 +28,14 @@ int dot4_i8(uint a, uint b, spirv_literal int packed_vector_format);
 #ifndef ROWS
 #define ROWS 2
 #endif
+#ifndef GROUPS
+#define GROUPS 1
+#endif
+#ifndef UNROLL
+#define UNROLL 1
+#endif
 #define WG 128
+#define TPR (WG / GROUPS)
 
 layout(local_size_x = WG) in;
 
@@ -53,6 +64,8 @@ layout(push_constant) uniform Push {
     uint neox;
     uint row_stride;
     uint block_size;
+    // Rotation pairs (rows / 2) in all.
+    uint units;
 } pc;
 #elif defined(SWIGLU_PAIR)
 // The gate and up projections of one decoding token with SwiGLU and the quantization for the
@@ -135,20 +148,25 @@ uvec2 pair_rows(uint pair, out bool rotated, out uint angle) {
 
 void main() {
     uint tid = gl_LocalInvocationID.x;
+    uint group = tid / TPR;
+    uint lane = tid % TPR;
+    uint unit = gl_WorkGroupID.x * GROUPS + group;
 #if defined(QKV_ROPE)
     bool rotated;
     uint angle;
-    uvec2 pair = pair_rows(gl_WorkGroupID.x, rotated, angle);
+    bool unit_valid = unit < pc.units;
+    uvec2 pair = pair_rows(min(unit, pc.units - 1), rotated, angle);
     uint t0 = 0;
     uint n_tokens = 1;
     uint x_stride = 0;
 #elif defined(SWIGLU_PAIR)
-    uint out_row = gl_WorkGroupID.x;
+    bool unit_valid = unit < pc.rows;
+    uint out_row = min(unit, pc.rows - 1);
     uint t0 = 0;
     uint n_tokens = 1;
     uint x_stride = 0;
 #else
-    uint row0 = gl_WorkGroupID.x * ROWS;
+    uint row0 = unit * ROWS;
     uint t0 = gl_WorkGroupID.y * NT;
     uint n_tokens = pc.n_tokens;
     uint x_stride = pc.x_stride;
@@ -160,27 +178,40 @@ void main() {
             acc[r][t] = 0.0;
         }
     }
-    for (uint item = tid; item < n_items; item += WG) {
-        uint xq[NT][8];
-        uvec2 meta[NT];
-        [[unroll]] for (uint t = 0; t < NT; t++) {
-            uint64_t rec = pc.x + uint64_t(min(t0 + t, n_tokens - 1)) * x_stride;
-            load_x(rec, pc.meta_offset, item, xq[t], meta[t]);
-        }
-        [[unroll]] for (uint r = 0; r < ROWS; r++) {
+    uint rows_of[ROWS];
+    [[unroll]] for (uint r = 0; r < ROWS; r++) {
 #if defined(QKV_ROPE)
-            uint row = pair[r];
+        rows_of[r] = pair[r];
 #elif defined(SWIGLU_PAIR)
-            uint row = out_row;
+        rows_of[r] = out_row;
 #else
-            uint row = min(row0 + r, pc.rows - 1);
+        rows_of[r] = min(row0 + r, pc.rows - 1);
 #endif
-            uint wq[8];
-            vec2 ws;
-            ivec4 wsc;
-            load_w(W_OF(r), AUX_OF(r), pc.cols, row, item, wq, ws, wsc);
-            [[unroll]] for (uint t = 0; t < NT; t++) {
-                acc[r][t] += item_dot(wq, ws, wsc, xq[t], meta[t]);
+    }
+    for (uint base = lane; base < n_items; base += TPR * UNROLL) {
+        // Every weight load of the UNROLL items first (an item past the row's end loads the
+        // row's last item again and is not added), then their math in item order.
+        uint wq[UNROLL][ROWS][8];
+        vec2 ws[UNROLL][ROWS];
+        ivec4 wsc[UNROLL][ROWS];
+        [[unroll]] for (uint u = 0; u < UNROLL; u++) {
+            uint item = min(base + u * TPR, n_items - 1);
+            [[unroll]] for (uint r = 0; r < ROWS; r++) {
+                load_w(W_OF(r), AUX_OF(r), pc.cols, rows_of[r], item, wq[u][r], ws[u][r], wsc[u][r]);
+            }
+        }
+        [[unroll]] for (uint u = 0; u < UNROLL; u++) {
+            uint item = base + u * TPR;
+            if (item < n_items) {
+                [[unroll]] for (uint t = 0; t < NT; t++) {
+                    uint xq[8];
+                    uvec2 meta;
+                    uint64_t rec = pc.x + uint64_t(min(t0 + t, n_tokens - 1)) * x_stride;
+                    load_x(rec, pc.meta_offset, item, xq, meta);
+                    [[unroll]] for (uint r = 0; r < ROWS; r++) {
+                        acc[r][t] += item_dot(wq[u][r], ws[u][r], wsc[u][r], xq, meta);
+                    }
+                }
             }
         }
     }
@@ -193,12 +224,15 @@ void main() {
         }
     }
     barrier();
+    // The group's subgroups (the host builds GROUPS > 1 only where a subgroup fits in a group).
+    uint sg_first = group * (TPR / gl_SubgroupSize);
+    uint sg_end = sg_first + TPR / gl_SubgroupSize;
 #if defined(QKV_ROPE)
-    if (tid == 0) {
+    if (lane == 0 && unit_valid) {
         float v[2];
         [[unroll]] for (uint r = 0; r < 2; r++) {
             float s = 0.0;
-            for (uint sg = 0; sg < gl_NumSubgroups; sg++) {
+            for (uint sg = sg_first; sg < sg_end; sg++) {
                 s += partials[sg][r];
             }
             float b = pc.bias != 0 ? F32s(pc.bias).v[pair[r]] : 0.0;
@@ -226,27 +260,35 @@ void main() {
         }
     }
 #elif defined(SWIGLU_PAIR)
-    if (tid == 0) {
+    if (lane == 0) {
         float gu[2];
         [[unroll]] for (uint r = 0; r < 2; r++) {
             float s = 0.0;
-            for (uint sg = 0; sg < gl_NumSubgroups; sg++) {
+            for (uint sg = sg_first; sg < sg_end; sg++) {
                 s += partials[sg][r];
             }
             gu[r] = s;
         }
-        F32sC(pc.act).v[out_row] = ggml_silu(gu[0]) * gu[1];
+        if (unit_valid) {
+            F32sC(pc.act).v[out_row] = ggml_silu(gu[0]) * gu[1];
+        }
 #if !defined(NO_TICKET)
         memoryBarrierBuffer();
-        ticket = atomicAdd(U32sC(pc.counters).v[out_row / 256], 1u);
 #endif
     }
 #if !defined(NO_TICKET)
     // (NO_TICKET builds, the default, stop at the f32 output; the quantization then runs as a
     // dispatch of its own: the fence and ticket per workgroup cost more than that dispatch.)
+    // A workgroup's units lie in one chunk (GROUPS divides 256); it counts the valid ones.
     barrier();
-    uint chunk = out_row / 256;
-    if (ticket + 1 != min(256u, pc.rows - chunk * 256)) {
+    uint first = gl_WorkGroupID.x * GROUPS;
+    uint chunk = first / 256;
+    uint valid = min(first + GROUPS, pc.rows) - first;
+    if (tid == 0) {
+        ticket = atomicAdd(U32sC(pc.counters).v[chunk], valid);
+    }
+    barrier();
+    if (ticket + valid != min(256u, pc.rows - chunk * 256)) {
         return;
     }
     // The chunk's last workgroup: every other one's output is written.
@@ -262,12 +304,12 @@ void main() {
     }
 #endif
 #else
-    if (tid < ROWS * NT) {
-        uint row = row0 + tid / NT;
-        uint token = t0 + tid % NT;
+    if (lane < ROWS * NT) {
+        uint row = row0 + lane / NT;
+        uint token = t0 + lane % NT;
         float s = 0.0;
-        for (uint sg = 0; sg < gl_NumSubgroups; sg++) {
-            s += partials[sg][tid];
+        for (uint sg = sg_first; sg < sg_end; sg++) {
+            s += partials[sg][lane];
         }
         if (row < pc.rows && token < pc.n_tokens) {
             float b = pc.bias != 0 ? F32s(pc.bias).v[row] : 0.0;
