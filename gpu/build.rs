@@ -20,7 +20,7 @@ const INT_ROWS: &[u32] = &[1, 2, 4, 8];
 const ROUNDING_BUILDS: &[(&str, &[&str])] = &[("", &[]), ("_f64", &["F64"]), ("_f64fma", &["F64", "FMA_F64"])];
 const EXACT_TYPES: &[&str] = &["Q4_0", "Q4_1", "Q8_0", "Q4_K"];
 const EXACT_BUILDS: &[(u32, u32)] = &[(1, 1), (1, 2), (1, 4), (1, 8), (4, 1), (4, 2)];
-const PLAIN: &[&str] = &["rms_norm", "store_kv", "attention", "attention_decode", "attention_combine", "swiglu", "add", "select_rows", "read_bandwidth"];
+const PLAIN: &[&str] = &["rms_norm", "store_kv", "attention", "attention_decode", "attention_combine", "swiglu", "add", "select_rows", "read_bandwidth", "prefetch_l2"];
 
 fn main() {
     println!("cargo:rerun-if-changed={SHADER_DIR}");

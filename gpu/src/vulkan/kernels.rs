@@ -74,6 +74,8 @@ pub enum Kernel {
     Add,
     SelectRows,
     ReadBandwidth,
+    /// Reads weight ranges into the L2 cache beside a latency-bound stage (prefetch_l2.comp).
+    PrefetchL2,
     /// Rounds activations as the CPU's 8-bit quantizer does (blocks of 32 or of 256).
     QuantizeAct(ActRounding),
     /// The same quantization, written as 8-bit quants with block scales and sums (the input of
@@ -301,6 +303,7 @@ impl Kernel {
             Kernel::Add => spv!("add"),
             Kernel::SelectRows => spv!("select_rows"),
             Kernel::ReadBandwidth => spv!("read_bandwidth"),
+            Kernel::PrefetchL2 => spv!("prefetch_l2"),
             Kernel::QuantizeAct(ActRounding::Q8_0) => rounding!("quantize_act_q8_0", v),
             Kernel::QuantizeAct(ActRounding::Q8_K) => rounding!("quantize_act_q8_k", v),
             Kernel::QuantizeActInt(ActRounding::Q8_0) => rounding!("quantize_act_int_q8_0", v),
