@@ -90,6 +90,7 @@ pub fn f32_to_f16(src: &[f32], dst: &mut [f16]) {
 #[derive(Default)]
 pub struct AttnScratch {
     scores: Vec<f32>,
+    q_half: Vec<f16>,
     q_rounded: Vec<f32>,
     acc: Vec<f32>,
 }
@@ -121,13 +122,19 @@ pub fn attend_group(
 ) {
     let heads = q.len() / hd;
     let per_head = order.value_lanes() * hd;
-    let AttnScratch { scores, q_rounded, acc } = scratch;
+    let AttnScratch { scores, q_half, q_rounded, acc } = scratch;
     scores.resize(scores.len().max(heads * len), 0.0);
+    q_half.resize(q_half.len().max(heads * hd), f16::ZERO);
     q_rounded.resize(q_rounded.len().max(heads * hd), 0.0);
     // Written whole by `values_f16_rows`: no clearing.
     acc.resize(acc.len().max(heads * per_head), 0.0);
-    for (r, &x) in q_rounded.iter_mut().zip(q) {
-        *r = f16::from_f32(x).to_f32();
+    // The query rounded to f16 (as ggml stores it) and back, 16 lanes at a time where the CPU
+    // has F16C (`half`'s slice conversions; the same rounding as one by one).
+    {
+        use half::slice::HalfFloatSliceExt;
+        let n = q.len().min(heads * hd);
+        q_half[..n].convert_from_f32_slice(&q[..n]);
+        q_half[..n].convert_to_f32_slice(&mut q_rounded[..n]);
     }
     let q = &q_rounded[..heads * hd];
     let scores = &mut scores[..heads * len];
