@@ -56,7 +56,8 @@ impl<T> SharedMut<T> {
         self.0
     }
 }
-// SAFETY: see the type's documentation: disjoint writes only, coordinated by the static partition.
+// SAFETY: see the type's documentation: disjoint writes only, each region owned by the one thread
+// that holds its range, block or claimed item.
 unsafe impl<T> Send for SharedMut<T> {}
 // SAFETY: as above.
 unsafe impl<T> Sync for SharedMut<T> {}
