@@ -64,11 +64,9 @@ fn main() {
         // Each layout (kernels.rs, ProductLayout) of every product kernel; 128 lanes a row
         // (one group) carries no suffix.
         for (suffix, groups) in PRODUCT_LAYOUTS {
-            let layout = [format!("GROUPS={groups}")];
-            let with = |d: &[&str]| -> Vec<String> { d.iter().map(|s| s.to_string()).chain(layout.iter().cloned()).collect() };
+            let groups_define = format!("GROUPS={groups}");
             let build = |name: &str, defines: &[&str]| {
-                let d = with(defines);
-                let d: Vec<&str> = d.iter().map(String::as_str).collect();
+                let d: Vec<&str> = defines.iter().copied().chain([groups_define.as_str()]).collect();
                 compile_with(&glslc, "matvec_q", &format!("{name}{suffix}"), &d, &out);
             };
             build(&format!("matvec_q4_{ty}"), &[&t, "NT=4", "ROWS=2"]);

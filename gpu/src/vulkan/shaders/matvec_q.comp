@@ -5,15 +5,14 @@
 // 32-element block's integer sum is exact, then scaled in f32.
 //
 // A workgroup of 128 invocations holds GROUPS groups of TPR = 128 / GROUPS lanes; each group owns
-// ROWS rows (a "unit"), and lane i takes items (32-element blocks) i, i + TPR, ... of them, UNROLL
-// items' weight loads issued before their math: a row is read by many lanes at once, each with
-// several loads in flight, and an item's activations are loaded once for all the unit's rows.
-// The partial sums are added within each subgroup and then across the group's subgroups in a
-// fixed order. The builds use UNROLL 1: on the H200 two items in flight per lane took 45 -> 71
-// registers and lost more to occupancy than they gained (7B Q4_K decode 356 -> 329 t/s).
-// The arithmetic of a (row, token) depends on TPR only, not on NT, ROWS or UNROLL: a token's result is the same whatever else is in its decode batch, and every
-// variant below (plain, QKV_ROPE, SWIGLU_PAIR) computes the same bits for a row as long as all
-// are built with the same GROUPS (the host builds them alike).
+// ROWS rows (a "unit"), and lane i takes items (32-element blocks) i, i + TPR, ... of them: a row
+// is read by many lanes at once, and an item's activations are loaded once for all the unit's
+// rows. The partial sums are added within each subgroup and then across the group's subgroups
+// in a fixed order. The arithmetic of a (row, token) depends on TPR only, not on NT or ROWS: a
+// token's result is the same whatever else is in its decode batch, and every variant below
+// (plain, QKV_ROPE, SWIGLU_PAIR) computes the same bits for a row as long as all are built with
+// the same GROUPS (the host builds them alike). (Two items' loads in flight per lane were
+// slower on the H200: 45 -> 71 registers, 7B Q4_K decode 356 -> 329 t/s.)
 #include "common.glsl"
 #extension GL_EXT_spirv_intrinsics : require
 
@@ -30,9 +29,6 @@ int dot4_i8(uint a, uint b, spirv_literal int packed_vector_format);
 #endif
 #ifndef GROUPS
 #define GROUPS 1
-#endif
-#ifndef UNROLL
-#define UNROLL 1
 #endif
 #define WG 128
 #define TPR (WG / GROUPS)
@@ -178,40 +174,27 @@ void main() {
             acc[r][t] = 0.0;
         }
     }
-    uint rows_of[ROWS];
-    [[unroll]] for (uint r = 0; r < ROWS; r++) {
-#if defined(QKV_ROPE)
-        rows_of[r] = pair[r];
-#elif defined(SWIGLU_PAIR)
-        rows_of[r] = out_row;
-#else
-        rows_of[r] = min(row0 + r, pc.rows - 1);
-#endif
-    }
-    for (uint base = lane; base < n_items; base += TPR * UNROLL) {
-        // Every weight load of the UNROLL items first (an item past the row's end loads the
-        // row's last item again and is not added), then their math in item order.
-        uint wq[UNROLL][ROWS][8];
-        vec2 ws[UNROLL][ROWS];
-        ivec4 wsc[UNROLL][ROWS];
-        [[unroll]] for (uint u = 0; u < UNROLL; u++) {
-            uint item = min(base + u * TPR, n_items - 1);
-            [[unroll]] for (uint r = 0; r < ROWS; r++) {
-                load_w(W_OF(r), AUX_OF(r), pc.cols, rows_of[r], item, wq[u][r], ws[u][r], wsc[u][r]);
-            }
+    for (uint item = lane; item < n_items; item += TPR) {
+        uint xq[NT][8];
+        uvec2 meta[NT];
+        [[unroll]] for (uint t = 0; t < NT; t++) {
+            uint64_t rec = pc.x + uint64_t(min(t0 + t, n_tokens - 1)) * x_stride;
+            load_x(rec, pc.meta_offset, item, xq[t], meta[t]);
         }
-        [[unroll]] for (uint u = 0; u < UNROLL; u++) {
-            uint item = base + u * TPR;
-            if (item < n_items) {
-                [[unroll]] for (uint t = 0; t < NT; t++) {
-                    uint xq[8];
-                    uvec2 meta;
-                    uint64_t rec = pc.x + uint64_t(min(t0 + t, n_tokens - 1)) * x_stride;
-                    load_x(rec, pc.meta_offset, item, xq, meta);
-                    [[unroll]] for (uint r = 0; r < ROWS; r++) {
-                        acc[r][t] += item_dot(wq[u][r], ws[u][r], wsc[u][r], xq, meta);
-                    }
-                }
+        [[unroll]] for (uint r = 0; r < ROWS; r++) {
+#if defined(QKV_ROPE)
+            uint row = pair[r];
+#elif defined(SWIGLU_PAIR)
+            uint row = out_row;
+#else
+            uint row = min(row0 + r, pc.rows - 1);
+#endif
+            uint wq[8];
+            vec2 ws;
+            ivec4 wsc;
+            load_w(W_OF(r), AUX_OF(r), pc.cols, row, item, wq, ws, wsc);
+            [[unroll]] for (uint t = 0; t < NT; t++) {
+                acc[r][t] += item_dot(wq, ws, wsc, xq[t], meta[t]);
             }
         }
     }
