@@ -6,8 +6,8 @@
 //
 // A workgroup of 128 invocations holds GROUPS groups of TPR = 128 / GROUPS lanes; each group owns
 // ROWS rows (a "unit"), and lane i takes items (32-element blocks) i, i + TPR, ... of them: a row
-// is read by many lanes at once, and an item's activations are loaded once for all the unit's
-// rows. The partial sums are added within each subgroup and then across the group's subgroups
+// is read by many lanes at once; one-token builds load an item's activations once for all the
+// unit's rows, batched builds (NT > 1) each row's weights once for all the tokens. The partial sums are added within each subgroup and then across the group's subgroups
 // in a fixed order. The arithmetic of a (row, token) depends on TPR only, not on NT or ROWS: a
 // token's result is the same whatever else is in its decode batch, and every variant below
 // (plain, QKV_ROPE, SWIGLU_PAIR) computes the same bits for a row as long as all are built with
