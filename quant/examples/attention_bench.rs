@@ -2,9 +2,11 @@
 //! f16 KV cache (the shape of SmolLM2-135M: 30 layers, 3 KV heads of 64, GQA groups of 3; the
 //! default 8 sequences of 320 positions hold 59 MB, more than the L3 cache, one sequence fits),
 //! one thread, the best of PASSES (15) passes' wall time. It calls the kernels in the order
-//! `strata-gpu`'s `attend_group` does (scores, softmax, value sums, finish per KV head).
+//! `strata-gpu`'s `attend_group` does (scores, softmax, value sums, finish), each call over
+//! KV_PER_CALL of a cell's KV heads: 3 (the default) as the CPU device's items of a whole token,
+//! 1 as its items of one KV head.
 //!
-//! `cargo run --release -p strata-quant --example attention_bench [SEQS] [LEN] [PASSES]`
+//! `cargo run --release -p strata-quant --example attention_bench [SEQS] [LEN] [PASSES] [KV_PER_CALL]`
 
 use half::f16;
 use strata_quant::{AttnOrder, Kernels};
@@ -17,12 +19,12 @@ const BLOCK: usize = 16;
 /// f16 elements per cell (every KV head's columns), as the arena lays rows out.
 const ROW: usize = KV_HEADS * HD;
 
-/// Rows `0..len` of one KV head (columns `col..col + HD`) through a block table.
-fn fill<'a>(arena: &'a [f16], table: &[usize], col: usize, len: usize, rows: &mut Vec<&'a [f16]>) {
+/// Rows `0..len` of `kv_heads` KV heads from column `col` through a block table.
+fn fill<'a>(arena: &'a [f16], table: &[usize], col: usize, kv_heads: usize, len: usize, rows: &mut Vec<&'a [f16]>) {
     rows.clear();
     for p in 0..len {
         let cell = table[p / BLOCK] * BLOCK + p % BLOCK;
-        rows.push(&arena[cell * ROW + col..cell * ROW + col + HD]);
+        rows.push(&arena[cell * ROW + col..cell * ROW + col + kv_heads * HD]);
     }
 }
 
@@ -30,6 +32,9 @@ fn main() {
     let args: Vec<usize> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
     let seqs = args.first().copied().unwrap_or(8);
     let len = args.get(1).copied().unwrap_or(320);
+    // KV heads per call: 1 (an item per KV head) or all of a cell's (an item per token).
+    let kv_per_item = args.get(3).copied().unwrap_or(KV_HEADS).clamp(1, KV_HEADS);
+    assert!(KV_HEADS.is_multiple_of(kv_per_item), "KV heads per item must divide {KV_HEADS}");
     let blocks_per_seq = len.div_ceil(BLOCK);
     let n_blocks = seqs * LAYERS * blocks_per_seq;
     // One allocation, K then V; blocks dealt to (sequence, layer) in a scrambled order, as a
@@ -52,34 +57,36 @@ fn main() {
         (2 * cells * ROW * 2) as f64 / 1e6
     );
     let kern = Kernels::best();
-    let q: Vec<f32> = (0..GROUP * HD).map(|i| ((i * 37) % 101) as f32 / 50.0 - 1.0).collect();
+    let heads = GROUP * kv_per_item;
+    let q: Vec<f32> = (0..heads * HD).map(|i| ((i * 37) % 101) as f32 / 50.0 - 1.0).collect();
     let lanes = AttnOrder::Decode.value_lanes();
-    let mut scores = vec![0f32; GROUP * len];
-    let mut acc = vec![0f32; GROUP * lanes * HD];
-    let mut out = vec![0f32; GROUP * HD];
+    let mut scores = vec![0f32; heads * len];
+    let mut acc = vec![0f32; heads * lanes * HD];
+    let mut out = vec![0f32; heads * HD];
     let mut rows: Vec<&[f16]> = Vec::with_capacity(len);
     let mut checksum = 0f64;
     let mut best = f64::MAX;
     for _ in 0..args.get(2).copied().unwrap_or(15) {
         let start = std::time::Instant::now();
         for table in &tables {
-            for kvh in 0..KV_HEADS {
+            for kvh in (0..KV_HEADS).step_by(kv_per_item) {
                 let col = kvh * HD;
-                fill(k_arena, table, col, len, &mut rows);
-                kern.attn_dots_f16_rows(&rows, &q, HD, AttnOrder::Decode, &mut scores, len);
+                fill(k_arena, table, col, kv_per_item, len, &mut rows);
+                kern.attn_dots_f16_rows(&rows, &q, HD, kv_per_item, AttnOrder::Decode, &mut scores, len);
                 for s in scores.chunks_exact_mut(len) {
                     kern.softmax_f16(s, 0.125);
                 }
-                fill(v_arena, table, col, len, &mut rows);
-                kern.values_f16_rows(&mut acc, HD, AttnOrder::Decode, &scores, len, &rows);
-                for h in 0..GROUP {
+                fill(v_arena, table, col, kv_per_item, len, &mut rows);
+                kern.values_f16_rows(&mut acc, HD, kv_per_item, AttnOrder::Decode, &scores, len, &rows);
+                for h in 0..heads {
                     kern.finish_values(&acc[h * lanes * HD..(h + 1) * lanes * HD], HD, AttnOrder::Decode, &mut out[h * HD..(h + 1) * HD]);
                 }
-                checksum += out[0] as f64;
+                checksum += out.iter().step_by(HD).map(|&x| x as f64).sum::<f64>();
             }
         }
         best = best.min(start.elapsed().as_secs_f64());
     }
+    // Reported per (sequence, layer, KV head) whatever the calls' grouping.
     let items = tables.len() * KV_HEADS;
     println!(
         "best pass {:.2} ms: {:.2} us per (sequence, layer, KV head), {:.1} GB/s of K and V (checksum {checksum:.3})",

@@ -577,36 +577,45 @@ unsafe fn reduce16x16(x: &[__m512; 16]) -> __m512 {
     _mm512_permutexvar_ps(_mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0), r)
 }
 
-/// Asks for the cache lines of the `bytes` at `p` (a KV row) ahead of use: a paged cache's rows
-/// are scattered, so the hardware prefetcher misses them and each row would wait on DRAM.
+/// Asks for the cache lines of the `bytes` at `p` (a KV row, every KV head's columns) ahead of
+/// use, into L2: a paged cache's blocks are scattered, so the hardware prefetcher misses them
+/// and each row would wait on DRAM. L2 rather than L1 because L1's few miss buffers capped such
+/// prefetches at about half of a core's read bandwidth here (whole-row scattered blocks: ~9.6
+/// against ~17 GB/s with `_MM_HINT_T1`); the kernels then load from L2 with the core's usual
+/// look-ahead. Zero bytes: nothing.
 #[inline]
 #[target_feature(enable = "sse")]
 fn prefetch_row(p: *const f16, bytes: usize) {
+    if bytes == 0 {
+        return;
+    }
     // Every line the row touches, whether or not it starts on one.
     let (first, last) = (p as usize & !63, (p as usize + bytes - 1) & !63);
     for line in (first..=last).step_by(64) {
-        _mm_prefetch::<_MM_HINT_T0>(line as *const i8);
+        _mm_prefetch::<_MM_HINT_T1>(line as *const i8);
     }
 }
 
 /// [`crate::Kernels::attn_dots_f16`], bit-identical to [`crate::ggml_float::dot`]; row `r` of K
-/// starts at `row(r)`.
+/// starts at `row(r)`, query head `h` reads its columns `(h / group) * hd..` (heads of a KV
+/// head share it), and the first `row_bytes` of each row are prefetched (its KV heads' columns).
 /// # Safety
 /// The CPU must have the features in this function's `target_feature` attribute; `hd` is a
-/// multiple of 64; every `row(r)`, `r < n_rows`, is valid for `hd` reads; `qs` and `out` hold
+/// multiple of 64; `group` is at least 1; every `row(r)`, `r < n_rows`, is valid for
+/// `qs.len() / hd / group * hd` reads (and `row_bytes` may be prefetched); `qs` and `out` hold
 /// what `Kernels::attn_dots_f16` checks.
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx512f,avx512dq,fma,f16c")]
-pub(crate) unsafe fn attn_dots_f16(row: &impl Fn(usize) -> *const f16, n_rows: usize, qs: &[f32], hd: usize, order: crate::AttnOrder, out: &mut [f32], out_stride: usize) {
+pub(crate) unsafe fn attn_dots_f16(row: &impl Fn(usize) -> *const f16, n_rows: usize, qs: &[f32], hd: usize, group: usize, row_bytes: usize, order: crate::AttnOrder, out: &mut [f32], out_stride: usize) {
     match hd {
-        64 => dots_nc::<4>(row, n_rows, qs, order, out, out_stride),
-        128 => dots_nc::<8>(row, n_rows, qs, order, out, out_stride),
-        256 => dots_nc::<16>(row, n_rows, qs, order, out, out_stride),
+        64 => dots_nc::<4>(row, n_rows, qs, group, row_bytes, order, out, out_stride),
+        128 => dots_nc::<8>(row, n_rows, qs, group, row_bytes, order, out, out_stride),
+        256 => dots_nc::<16>(row, n_rows, qs, group, row_bytes, order, out, out_stride),
         _ => {
             let heads = qs.len() / hd;
             for r in 0..n_rows {
-                let kp = row(r);
                 for h in 0..heads {
+                    let kp = row(r).add(h / group * hd);
                     let qp = qs.as_ptr().add(h * hd);
                     let s = match order {
                         crate::AttnOrder::Prefill => {
@@ -633,12 +642,14 @@ pub(crate) unsafe fn attn_dots_f16(row: &impl Fn(usize) -> *const f16, n_rows: u
     }
 }
 
-/// [`attn_dots_f16`] for `hd = 16 * NC`: each K row converted once into registers for all the
-/// heads, each head's lane sums of 16 rows reduced together ([`reduce16x16`]).
+/// [`attn_dots_f16`] for `hd = 16 * NC`: each KV head's columns of a K row converted once into
+/// registers for its query heads, each head's lane sums of 16 rows reduced together
+/// ([`reduce16x16`]).
 /// # Safety
 /// As [`attn_dots_f16`].
+#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx512f,avx512dq,fma,f16c")]
-unsafe fn dots_nc<const NC: usize>(row: &impl Fn(usize) -> *const f16, n_rows: usize, qs: &[f32], order: crate::AttnOrder, out: &mut [f32], out_stride: usize) {
+unsafe fn dots_nc<const NC: usize>(row: &impl Fn(usize) -> *const f16, n_rows: usize, qs: &[f32], group: usize, row_bytes: usize, order: crate::AttnOrder, out: &mut [f32], out_stride: usize) {
     // Heads per pass: their lane sums of a 16-row tile wait in `sums` (8 KiB, in L1).
     const HT: usize = 8;
     let hd = 16 * NC;
@@ -647,17 +658,21 @@ unsafe fn dots_nc<const NC: usize>(row: &impl Fn(usize) -> *const f16, n_rows: u
     // Rows are fetched PF rows ahead of their use (the first PF before starting).
     const PF: usize = 32;
     for r in 0..n_rows.min(PF) {
-        prefetch_row(row(r), 2 * hd);
+        prefetch_row(row(r), row_bytes);
     }
     for t0 in (0..n_rows).step_by(16) {
         let tn = (n_rows - t0).min(16);
-        for h0 in (0..heads).step_by(HT) {
-            let hn = (heads - h0).min(HT);
+        // Passes of at most HT query heads, each within one KV head (the tile's rows stay in L1
+        // across the passes).
+        let mut h0 = 0;
+        while h0 < heads {
+            let g = h0 / group;
+            let hn = (heads.min((g + 1) * group) - h0).min(HT);
             for r in 0..tn {
                 if h0 == 0 && t0 + r + PF < n_rows {
-                    prefetch_row(row(t0 + r + PF), 2 * hd);
+                    prefetch_row(row(t0 + r + PF), row_bytes);
                 }
-                let kp = row(t0 + r);
+                let kp = row(t0 + r).add(g * hd);
                 let k: [__m512; NC] = std::array::from_fn(|c| load_h16(kp.add(16 * c)));
                 for h in 0..hn {
                     let qp = qs.as_ptr().add((h0 + h) * hd);
@@ -685,6 +700,7 @@ unsafe fn dots_nc<const NC: usize>(row: &impl Fn(usize) -> *const f16, n_rows: u
                 // Rows past `tn` hold an earlier tile's sums; their lanes are not stored.
                 _mm512_mask_storeu_ps(out.as_mut_ptr().add((h0 + h) * out_stride + t0), tail_mask(tn), reduce16x16(s));
             }
+            h0 += hn;
         }
     }
 }
@@ -736,20 +752,28 @@ pub(crate) unsafe fn softmax_f16(scores: &mut [f32], scale: f32) {
 /// order, so the lanes are taken one at a time, a lane's row of each head in registers across
 /// its positions, each V chunk converted once for the heads: the same FMAs in the same order as
 /// row by row, with one load and store per accumulator row instead of one per position.
+///
+/// Query head `h` reads the columns `(h / group) * hd..` of each row. The KV heads are taken one
+/// after the other; the first pass prefetches each row's first `row_bytes` (every KV head's
+/// columns), so the later passes read L2.
 /// # Safety
 /// The CPU must have the features in this function's `target_feature` attribute; `hd` is a
-/// multiple of 16; every `row(i)`, `i < n_rows`, is valid for `hd` reads; `acc` and `weights`
-/// hold what `Kernels::accumulate_values_f16` checks.
+/// multiple of 16; `group` is at least 1; every `row(i)`, `i < n_rows`, is valid for
+/// `heads / group * hd` reads (and `row_bytes` may be prefetched); `acc` and `weights` hold what
+/// `Kernels::accumulate_values_f16` checks.
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx512f,fma,f16c")]
-pub(crate) unsafe fn accumulate_values_f16<const LOAD: bool>(acc: &mut [f32], hd: usize, order: crate::AttnOrder, first: usize, weights: &[f32], w_stride: usize, n_rows: usize, row: &impl Fn(usize) -> *const f16) {
+pub(crate) unsafe fn accumulate_values_f16<const LOAD: bool>(acc: &mut [f32], hd: usize, group: usize, row_bytes: usize, order: crate::AttnOrder, first: usize, weights: &[f32], w_stride: usize, n_rows: usize, row: &impl Fn(usize) -> *const f16) {
     let lanes = order.value_lanes();
     let heads = acc.len() / (lanes * hd);
     // Heads per pass and 16-element chunks per register row: at most 16 accumulators.
     let nc = hd / 16;
     let mut h0 = 0;
     while h0 < heads {
-        let hn = (heads - h0).min(8);
+        let g = h0 / group;
+        let hn = (heads.min((g + 1) * group) - h0).min(8);
+        let pf_bytes = if h0 == 0 { row_bytes } else { 0 };
+        let row = |i: usize| row(i).add(g * hd);
         let ch = if hn <= 4 && nc.is_multiple_of(4) {
             4
         } else if nc.is_multiple_of(2) {
@@ -762,7 +786,7 @@ pub(crate) unsafe fn accumulate_values_f16<const LOAD: bool>(acc: &mut [f32], hd
         macro_rules! pass {
             ($(($h:literal, $c:literal)),*) => {
                 match (hn, ch) {
-                    $(($h, $c) => values_lanes::<$h, $c, LOAD>(a, hd, lanes, first, n_rows, row, w, w_stride),)*
+                    $(($h, $c) => values_lanes::<$h, $c, LOAD>(a, hd, lanes, first, n_rows, &row, pf_bytes, w, w_stride),)*
                     _ => unreachable!("heads per pass are 1..=8, chunks 1, 2 or 4"),
                 }
             };
@@ -776,27 +800,30 @@ pub(crate) unsafe fn accumulate_values_f16<const LOAD: bool>(acc: &mut [f32], hd
     }
 }
 
-/// [`accumulate_values_f16`] for `H` heads (accumulators at `acc + h * lanes * hd`, weights at
-/// `w + h * w_stride`), `CH` chunks of 16 elements at a time.
+/// [`accumulate_values_f16`] for `H` heads of one KV head (accumulators at
+/// `acc + h * lanes * hd`, weights at `w + h * w_stride`), `CH` chunks of 16 elements at a time,
+/// prefetching `pf_bytes` of each row.
 /// # Safety
 /// As [`accumulate_values_f16`]; `CH * 16` divides `hd`.
 #[allow(clippy::too_many_arguments)]
 #[inline]
 #[target_feature(enable = "avx512f,fma,f16c")]
-unsafe fn values_lanes<const H: usize, const CH: usize, const LOAD: bool>(acc: *mut f32, hd: usize, lanes: usize, first: usize, n_rows: usize, row: &impl Fn(usize) -> *const f16, w: *const f32, w_stride: usize) {
+unsafe fn values_lanes<const H: usize, const CH: usize, const LOAD: bool>(acc: *mut f32, hd: usize, lanes: usize, first: usize, n_rows: usize, row: &impl Fn(usize) -> *const f16, pf_bytes: usize, w: *const f32, w_stride: usize) {
     // Row i0 is the first of lane (first + i0) % lanes; lanes without rows only need zeros.
     let last = if LOAD { lanes.min(n_rows) } else { lanes };
     // Rows are fetched PF lanes ahead of their use (the first PF lanes' before starting).
     const PF: usize = 16;
-    for i0 in 0..PF.min(n_rows) {
-        for i in (i0..n_rows).step_by(lanes) {
-            prefetch_row(row(i), 2 * hd);
+    if pf_bytes > 0 {
+        for i0 in 0..PF.min(n_rows) {
+            for i in (i0..n_rows).step_by(lanes) {
+                prefetch_row(row(i), pf_bytes);
+            }
         }
     }
     for i0 in 0..last {
-        if i0 + PF < lanes.min(n_rows) {
+        if pf_bytes > 0 && i0 + PF < lanes.min(n_rows) {
             for i in (i0 + PF..n_rows).step_by(lanes) {
-                prefetch_row(row(i), 2 * hd);
+                prefetch_row(row(i), pf_bytes);
             }
         }
         let lane = acc.add((first + i0) % lanes * hd);

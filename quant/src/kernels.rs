@@ -314,34 +314,45 @@ impl Kernels {
     #[allow(clippy::too_many_arguments)]
     pub fn attn_dots_f16(&self, rows: &[f16], stride: usize, n_rows: usize, qs: &[f32], hd: usize, order: crate::AttnOrder, out: &mut [f32], out_stride: usize) {
         assert!(n_rows == 0 || rows.len() >= (n_rows - 1) * stride + hd, "attn_dots_f16: rows too short");
-        self.attn_dots_with(n_rows, |r| &rows[r * stride..r * stride + hd], qs, hd, order, out, out_stride);
+        self.attn_dots_with(n_rows, |r| &rows[r * stride..r * stride + hd], qs, hd, 1, order, out, out_stride);
     }
 
-    /// [`Kernels::attn_dots_f16`] against rows given one slice each (`hd` elements or more), as
-    /// a paged KV cache holds them.
-    pub fn attn_dots_f16_rows(&self, rows: &[&[f16]], qs: &[f32], hd: usize, order: crate::AttnOrder, out: &mut [f32], out_stride: usize) {
-        assert!(rows.iter().all(|r| r.len() >= hd), "attn_dots_f16_rows: a row is too short");
-        self.attn_dots_with(rows.len(), |r| rows[r], qs, hd, order, out, out_stride);
-    }
-
-    /// The attention scores with row `r` at `row(r)` (at least `hd` elements).
+    /// [`Kernels::attn_dots_f16`] against rows given one slice each, as a paged KV cache holds
+    /// them, for the query heads of `kv_heads` KV heads: row `r` holds the KV heads' columns
+    /// back to back (`kv_heads * hd` elements or more), and the `qs.len() / hd` query heads (a
+    /// multiple of `kv_heads`) are split evenly among them in order (grouped-query attention).
+    /// Panics on short slices or heads that do not split evenly.
     #[allow(clippy::too_many_arguments)]
-    fn attn_dots_with<'a>(&self, n_rows: usize, row: impl Fn(usize) -> &'a [f16], qs: &[f32], hd: usize, order: crate::AttnOrder, out: &mut [f32], out_stride: usize) {
+    pub fn attn_dots_f16_rows(&self, rows: &[&[f16]], qs: &[f32], hd: usize, kv_heads: usize, order: crate::AttnOrder, out: &mut [f32], out_stride: usize) {
+        assert!(rows.iter().all(|r| r.len() >= kv_heads * hd), "attn_dots_f16_rows: a row is too short");
+        self.attn_dots_with(rows.len(), |r| rows[r], qs, hd, kv_heads, order, out, out_stride);
+    }
+
+    /// The attention scores with row `r` at `row(r)` (at least `kv_heads * hd` elements).
+    #[allow(clippy::too_many_arguments)]
+    fn attn_dots_with<'a>(&self, n_rows: usize, row: impl Fn(usize) -> &'a [f16], qs: &[f32], hd: usize, kv_heads: usize, order: crate::AttnOrder, out: &mut [f32], out_stride: usize) {
         let heads = qs.len() / hd;
+        assert!(kv_heads >= 1 && heads.is_multiple_of(kv_heads), "attn_dots_f16: {heads} query heads do not split among {kv_heads} KV heads");
+        let group = (heads / kv_heads).max(1);
         assert!(heads == 0 || (out_stride >= n_rows && out.len() >= (heads - 1) * out_stride + n_rows), "attn_dots_f16: out too short");
         #[cfg(target_arch = "x86_64")]
         if self.exact_simd() && hd.is_multiple_of(64) {
-            // SAFETY: AVX-512 detected (see `exact_simd`); `hd` a multiple of 64; every row holds
-            // `hd` elements (its slice is at least that long); `out` checked above.
-            unsafe { crate::avx512::attn_dots_f16(&|r| row(r).as_ptr(), n_rows, qs, hd, order, out, out_stride) };
+            // SAFETY: AVX-512 detected (see `exact_simd`); `hd` a multiple of 64; `heads / group`
+            // KV heads; every row holds their `kv_heads * hd` elements (its slice is at least that
+            // long), which is also what is prefetched; `out` checked above.
+            unsafe { crate::avx512::attn_dots_f16(&|r| row(r).as_ptr(), n_rows, qs, hd, group, 2 * kv_heads * hd, order, out, out_stride) };
             return;
         }
         let mut buf = vec![0f32; hd];
         for r in 0..n_rows {
-            for (d, s) in buf.iter_mut().zip(&row(r)[..hd]) {
-                *d = s.to_f32();
-            }
             for h in 0..heads {
+                // Each KV head's columns converted once for its query heads.
+                if h % group == 0 {
+                    let cols = h / group * hd;
+                    for (d, s) in buf.iter_mut().zip(&row(r)[cols..cols + hd]) {
+                        *d = s.to_f32();
+                    }
+                }
                 out[h * out_stride + r] = crate::ggml_float::dot(&buf, &qs[h * hd..(h + 1) * hd], order);
             }
         }
@@ -364,29 +375,35 @@ impl Kernels {
     #[allow(clippy::too_many_arguments)]
     pub fn accumulate_values_f16(&self, acc: &mut [f32], hd: usize, order: crate::AttnOrder, first: usize, weights: &[f32], w_stride: usize, n_rows: usize, rows: &[f16], stride: usize) {
         assert!(n_rows == 0 || rows.len() >= (n_rows - 1) * stride + hd, "accumulate_values_f16: rows too short");
-        self.values_with::<true>(acc, hd, order, first, weights, w_stride, n_rows, |i| &rows[i * stride..i * stride + hd]);
+        self.values_with::<true>(acc, hd, 1, order, first, weights, w_stride, n_rows, |i| &rows[i * stride..i * stride + hd]);
     }
 
-    /// The value accumulators of positions `0..rows.len()` (row `j` one slice of `hd` elements or
-    /// more, as a paged KV cache holds them): sets `acc` to what [`Kernels::accumulate_values_f16`]
+    /// The value accumulators of positions `0..rows.len()`, as a paged KV cache holds them (row
+    /// `j` one slice holding `kv_heads` KV heads' columns back to back, `kv_heads * hd` elements
+    /// or more; the query heads split evenly among the KV heads in order, as in
+    /// [`Kernels::attn_dots_f16_rows`]): sets `acc` to what [`Kernels::accumulate_values_f16`]
     /// adds to zeroed accumulators, so `acc` need not be cleared first.
-    pub fn values_f16_rows(&self, acc: &mut [f32], hd: usize, order: crate::AttnOrder, weights: &[f32], w_stride: usize, rows: &[&[f16]]) {
-        assert!(rows.iter().all(|r| r.len() >= hd), "values_f16_rows: a row is too short");
-        self.values_with::<false>(acc, hd, order, 0, weights, w_stride, rows.len(), |i| rows[i]);
+    #[allow(clippy::too_many_arguments)]
+    pub fn values_f16_rows(&self, acc: &mut [f32], hd: usize, kv_heads: usize, order: crate::AttnOrder, weights: &[f32], w_stride: usize, rows: &[&[f16]]) {
+        assert!(rows.iter().all(|r| r.len() >= kv_heads * hd), "values_f16_rows: a row is too short");
+        self.values_with::<false>(acc, hd, kv_heads, order, 0, weights, w_stride, rows.len(), |i| rows[i]);
     }
 
-    /// The value sums with row `i` at `row(i)` (at least `hd` elements), added to `acc` with
-    /// `LOAD`, else written over it.
+    /// The value sums with row `i` at `row(i)` (at least `kv_heads * hd` elements), added to
+    /// `acc` with `LOAD`, else written over it.
     #[allow(clippy::too_many_arguments)]
-    fn values_with<'a, const LOAD: bool>(&self, acc: &mut [f32], hd: usize, order: crate::AttnOrder, first: usize, weights: &[f32], w_stride: usize, n_rows: usize, row: impl Fn(usize) -> &'a [f16]) {
+    fn values_with<'a, const LOAD: bool>(&self, acc: &mut [f32], hd: usize, kv_heads: usize, order: crate::AttnOrder, first: usize, weights: &[f32], w_stride: usize, n_rows: usize, row: impl Fn(usize) -> &'a [f16]) {
         let per_head = order.value_lanes() * hd;
         let heads = acc.len() / per_head;
         assert!(heads == 0 || (w_stride >= n_rows && weights.len() >= (heads - 1) * w_stride + n_rows), "accumulate_values_f16: weights too short");
+        assert!(kv_heads >= 1 && heads.is_multiple_of(kv_heads), "accumulate_values_f16: {heads} query heads do not split among {kv_heads} KV heads");
+        let group = (heads / kv_heads).max(1);
         #[cfg(target_arch = "x86_64")]
         if self.exact_simd() && hd.is_multiple_of(16) {
-            // SAFETY: AVX-512 detected; `hd` a multiple of 16; every row holds `hd` elements (its
-            // slice is at least that long); `acc` and `weights` checked above.
-            unsafe { crate::avx512::accumulate_values_f16::<LOAD>(acc, hd, order, first, weights, w_stride, n_rows, &|i| row(i).as_ptr()) };
+            // SAFETY: AVX-512 detected; `hd` a multiple of 16; `heads / group` KV heads; every row
+            // holds their `kv_heads * hd` elements (its slice is at least that long), which is also
+            // what is prefetched; `acc` and `weights` checked above.
+            unsafe { crate::avx512::accumulate_values_f16::<LOAD>(acc, hd, group, 2 * kv_heads * hd, order, first, weights, w_stride, n_rows, &|i| row(i).as_ptr()) };
             return;
         }
         if !LOAD {
@@ -394,10 +411,13 @@ impl Kernels {
         }
         let mut buf = vec![0f32; hd];
         for i in 0..n_rows {
-            for (d, s) in buf.iter_mut().zip(&row(i)[..hd]) {
-                *d = s.to_f32();
-            }
             for h in 0..heads {
+                if h % group == 0 {
+                    let cols = h / group * hd;
+                    for (d, s) in buf.iter_mut().zip(&row(i)[cols..cols + hd]) {
+                        *d = s.to_f32();
+                    }
+                }
                 let w = weights[h * w_stride + i];
                 crate::ggml_float::accumulate_values(&mut acc[h * per_head..(h + 1) * per_head], hd, order, first + i, &[w], &buf);
             }

@@ -370,7 +370,8 @@ proptest! {
     #[test]
     fn proptest_attention_rows_match_ggml(
         hdi in 0usize..6,
-        heads in 1usize..11,
+        group in 1usize..11,
+        kv_heads in 1usize..4,
         len in 1usize..300,
         bsi in 0usize..4,
         seed in any::<u64>(),
@@ -378,10 +379,13 @@ proptest! {
         use strata_quant::{ggml_float, AttnOrder};
         let hd = [16usize, 48, 64, 128, 192, 256][hdi];
         let block_size = [1usize, 3, 16, 64][bsi];
+        let heads = group * kv_heads;
         let mut rng = StdRng::seed_from_u64(seed);
-        // An arena of blocks, rows of two heads' columns plus padding; this head's the second.
+        // An arena of blocks, rows of 1 + kv_heads heads' columns plus padding; the call reads
+        // the KV heads from the second on.
         let n_blocks = len.div_ceil(block_size) + 3;
-        let stride = 2 * hd + 8;
+        let width = kv_heads * hd;
+        let stride = hd + width + 8;
         let arena: Vec<f16> = (0..n_blocks * block_size * stride)
             .map(|i| match i % 97 {
                 0 => f16::from_f32(-0.0),
@@ -396,10 +400,12 @@ proptest! {
         let rows: Vec<&[f16]> = (0..len)
             .map(|j| {
                 let cell = table[j / block_size] * block_size + j % block_size;
-                &arena[cell * stride + hd..cell * stride + 2 * hd]
+                &arena[cell * stride + hd..cell * stride + hd + width]
             })
             .collect();
         let rows32: Vec<Vec<f32>> = rows.iter().map(|r| r.iter().map(|x| x.to_f32()).collect()).collect();
+        // Query head h's columns of row j: its KV head's.
+        let kv_cols = |j: usize, h: usize| &rows32[j][h / group * hd..(h / group + 1) * hd];
         let q: Vec<f32> = (0..heads * hd).map(|_| f16::from_f32(rng.gen_range(-2.0f32..2.0)).to_f32()).collect();
         let weights: Vec<f32> = (0..heads * len)
             .map(|i| if i % 13 == 0 { 0.0 } else { f16::from_f32(rng.gen_range(0.0f32..1.0)).to_f32() })
@@ -410,26 +416,30 @@ proptest! {
             let mut want_dots = vec![0f32; heads * len];
             for h in 0..heads {
                 for j in 0..len {
-                    want_dots[h * len + j] = ggml_float::dot(&rows32[j], &q[h * hd..(h + 1) * hd], order);
+                    want_dots[h * len + j] = ggml_float::dot(kv_cols(j, h), &q[h * hd..(h + 1) * hd], order);
                 }
             }
             let mut want_acc = vec![0f32; heads * lanes * hd];
             for h in 0..heads {
                 let a = &mut want_acc[h * lanes * hd..(h + 1) * lanes * hd];
                 for j in 0..len {
-                    ggml_float::accumulate_values(a, hd, order, j, &[weights[h * len + j]], &rows32[j]);
+                    ggml_float::accumulate_values(a, hd, order, j, &[weights[h * len + j]], kv_cols(j, h));
                 }
             }
             for kern in std::iter::once(scalar()).chain(simd_levels()) {
                 let level = kern.level();
                 let mut dots = vec![f32::NAN; heads * len];
-                kern.attn_dots_f16_rows(&rows, &q, hd, order, &mut dots, len);
-                prop_assert_eq!(bits(&dots), bits(&want_dots), "{:?} dots hd={} heads={} len={} {:?}", level, hd, heads, len, order);
+                kern.attn_dots_f16_rows(&rows, &q, hd, kv_heads, order, &mut dots, len);
+                prop_assert_eq!(bits(&dots), bits(&want_dots), "{:?} dots hd={} heads={} kv_heads={} len={} {:?}", level, hd, heads, kv_heads, len, order);
                 // Written over whatever was there.
                 let mut acc = vec![f32::NAN; heads * lanes * hd];
-                kern.values_f16_rows(&mut acc, hd, order, &weights, len, &rows);
-                prop_assert_eq!(bits(&acc), bits(&want_acc), "{:?} values hd={} heads={} len={} bs={} {:?}", level, hd, heads, len, block_size, order);
-                // The contiguous form, added in two calls, the second starting mid-way.
+                kern.values_f16_rows(&mut acc, hd, kv_heads, order, &weights, len, &rows);
+                prop_assert_eq!(bits(&acc), bits(&want_acc), "{:?} values hd={} heads={} kv_heads={} len={} bs={} {:?}", level, hd, heads, kv_heads, len, block_size, order);
+                if kv_heads > 1 {
+                    continue;
+                }
+                // The contiguous form (one KV head), added in two calls, the second starting
+                // mid-way.
                 let flat: Vec<f16> = rows.iter().flat_map(|r| r.iter().copied()).collect();
                 let split = len / 3;
                 let mut acc2 = vec![0f32; heads * lanes * hd];

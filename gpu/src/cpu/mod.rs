@@ -386,11 +386,21 @@ impl CpuPlan {
         let mut obuf = std::mem::take(&mut self.bufs[out.0 as usize]);
         let dst = SharedMut(obuf.as_mut_ptr());
         let plan = &*self;
-        // One item per (token, KV head): its query heads share each converted K and V row. With
-        // too few such items to keep every thread busy (one sequence decoding), one per (token,
-        // query head) instead. Both compute every head with the same arithmetic.
+        // One item per token when there are tokens enough to keep every thread busy: it reads
+        // whole rows of the paged cache (every KV head's columns), which is what lets its
+        // prefetches reach the core's read bandwidth. Fewer tokens (a few sequences decoding):
+        // one item per (token, KV head), its query heads sharing each converted K and V row; fewer
+        // still (one sequence), one per (token, query head). All compute every head with the
+        // same arithmetic.
         let n_kv_heads = n_heads / group;
-        let heads_per_item = if n * n_kv_heads >= 2 * self.threads.max(1) { group } else { 1 };
+        let threads = self.threads.max(1);
+        let heads_per_item = if n >= 2 * threads {
+            n_heads
+        } else if n * n_kv_heads >= 2 * threads {
+            group
+        } else {
+            1
+        };
         let items_per_token = n_heads / heads_per_item;
         let items = n * items_per_token;
         // ggml sums a step's attention products in one order when the step has one token and
@@ -414,7 +424,7 @@ impl CpuPlan {
                 for &item in &by_length[claimed] {
                     let item = item as usize;
                     let (t, h0) = (item / items_per_token, (item % items_per_token) * heads_per_item);
-                    let kvh = h0 / group;
+                    let (kvh, kv_heads) = (h0 / group, (heads_per_item / group).max(1));
                     let seq = b.seq_of_token[t] as usize;
                     let table = b.block_tables[seq];
                     let order = if tokens_of_seq[seq] > 1 { AttnOrder::Prefill } else { AttnOrder::Decode };
@@ -424,7 +434,7 @@ impl CpuPlan {
                     // SAFETY: row t's columns of this item's query heads are written by the one thread
                     // holding this item.
                     let o = unsafe { std::slice::from_raw_parts_mut(dst.ptr().add(cols.start), heads_per_item * hd) };
-                    ops::attend_group(&plan.kernels, &plan.kv, layer, table, bs, kvh * hd, hd, len, qv, scale, order, &mut scratch.attn, o);
+                    ops::attend_group(&plan.kernels, &plan.kv, layer, table, bs, kvh * hd, kv_heads, hd, len, qv, scale, order, &mut scratch.attn, o);
                 }
             }
         };

@@ -95,10 +95,15 @@ pub struct AttnScratch {
     acc: Vec<f32>,
 }
 
-/// Attention of the query heads that share one KV head over their sequence's cells `0..len`,
-/// each head computed exactly as alone (see [`attend_one`]): `q` and `out` hold the
-/// `q.len() / hd` heads back to back. The kernels read the f16 cache in place, each row once for
-/// the group.
+/// Attention of the query heads of `kv_heads` consecutive KV heads (from column `kv_col` of the
+/// cache's rows) over their sequence's cells `0..len`, each head computed exactly as alone (see
+/// [`attend_one`]): `q` and `out` hold the `q.len() / hd` heads back to back, split evenly among
+/// the KV heads in order. The kernels read the f16 cache in place, each row once for the heads.
+///
+/// Why several KV heads at once: a cell's row holds every KV head's columns, and a paged cache's
+/// blocks are scattered; reading whole rows is what lets prefetching reach the core's read
+/// bandwidth (an item per KV head read a third of each row and ran at about half the speed when
+/// the cache is out of L3).
 ///
 /// The arithmetic is llama.cpp's (non-flash) attention on the CPU, bit for bit: the query and
 /// the softmax weights are rounded to f16 before they meet the f16 cache, the softmax is ggml's,
@@ -112,6 +117,7 @@ pub fn attend_group(
     block_table: &[u32],
     block_size: usize,
     kv_col: usize,
+    kv_heads: usize,
     hd: usize,
     len: usize,
     q: &[f32],
@@ -121,6 +127,7 @@ pub fn attend_group(
     out: &mut [f32],
 ) {
     let heads = q.len() / hd;
+    let width = kv_heads * hd;
     let per_head = order.value_lanes() * hd;
     let AttnScratch { scores, q_half, q_rounded, acc } = scratch;
     scores.resize(scores.len().max(heads * len), 0.0);
@@ -139,33 +146,34 @@ pub fn attend_group(
     let q = &q_rounded[..heads * hd];
     let scores = &mut scores[..heads * len];
     let acc = &mut acc[..heads * per_head];
-    // This head's `hd` columns of cells `0..len` of K or V, wherever their blocks lie: the
+    // The KV heads' `width` columns of cells `0..len` of K or V, wherever their blocks lie: the
     // kernels take the rows in position order across blocks (a value lane's positions span many
     // blocks).
     assert!(block_table.len() * block_size >= len, "attend_group: the block table is shorter than the sequence");
     let stride = kv.placement().row_stride_bytes as usize / 2;
+    assert!(kv_col + width <= stride && heads.is_multiple_of(kv_heads.max(1)), "attend_group: {heads} heads of {kv_heads} KV heads from column {kv_col} do not fit rows of {stride}");
     let fill_rows = |v: bool, rows: &mut Vec<&[f16]>| {
         rows.clear();
         for (b, &block) in block_table.iter().enumerate().take(len.div_ceil(block_size)) {
             let n = (len - b * block_size).min(block_size);
             // SAFETY: the batch was validated: every position up to this token's lies in a block
             // of its table, inside the arena; a block's cells are consecutive rows of `stride`
-            // elements, each holding every KV head's columns (`kv_col + hd` at least); cells of
+            // elements, each holding every KV head's columns (`kv_col + width` at least); cells of
             // earlier positions are no longer being written.
             unsafe {
                 let first = (kv.row_ptr(layer, v, (block as usize * block_size) as u64) as *const f16).add(kv_col);
-                rows.extend((0..n).map(|i| std::slice::from_raw_parts(first.add(i * stride), hd)));
+                rows.extend((0..n).map(|i| std::slice::from_raw_parts(first.add(i * stride), width)));
             }
         }
     };
     let mut rows = Vec::with_capacity(len);
     fill_rows(false, &mut rows);
-    kernels.attn_dots_f16_rows(&rows, q, hd, order, scores, len);
+    kernels.attn_dots_f16_rows(&rows, q, hd, kv_heads, order, scores, len);
     for head_scores in scores.chunks_exact_mut(len) {
         kernels.softmax_f16(head_scores, scale);
     }
     fill_rows(true, &mut rows);
-    kernels.values_f16_rows(acc, hd, order, scores, len, &rows);
+    kernels.values_f16_rows(acc, hd, kv_heads, order, scores, len, &rows);
     for h in 0..heads {
         kernels.finish_values(&acc[h * per_head..(h + 1) * per_head], hd, order, &mut out[h * hd..(h + 1) * hd]);
     }
@@ -188,7 +196,7 @@ pub fn attend_one(
     scratch: &mut AttnScratch,
     out: &mut [f32],
 ) {
-    attend_group(kernels, kv, layer, block_table, block_size, kv_col, q.len(), len, q, scale, order, scratch, out);
+    attend_group(kernels, kv, layer, block_table, block_size, kv_col, 1, q.len(), len, q, scale, order, scratch, out);
 }
 
 #[cfg(test)]
@@ -197,9 +205,9 @@ mod tests {
     use rand::{Rng, SeedableRng};
     use strata_kv::{KvDtype, KvLayout, KvShape, LayoutParams};
 
-    /// The grouped attention is the per-head attention, bit for bit, and every kernel level
-    /// computes the scalar level's bits, for GQA groups of 1, 3 and 7 heads over scattered
-    /// blocks, in both summation orders.
+    /// The grouped attention is the per-head attention, bit for bit, whether a call takes one KV
+    /// head or both, and every kernel level computes the scalar level's bits, for GQA groups of
+    /// 1, 3 and 7 heads over scattered blocks, in both summation orders.
     #[test]
     fn attend_group_equals_attend_one_per_head() {
         let mut rng = rand::rngs::StdRng::seed_from_u64(5);
@@ -228,11 +236,20 @@ mod tests {
                     let kvh = 1;
                     let mut out = vec![0f32; group * hd];
                     let mut scratch = AttnScratch::default();
-                    attend_group(&k, &kv, 0, &table, 16, kvh * hd, hd, len, &q, 0.125, order, &mut scratch, &mut out);
+                    attend_group(&k, &kv, 0, &table, 16, kvh * hd, 1, hd, len, &q, 0.125, order, &mut scratch, &mut out);
                     for g in 0..group {
                         let mut want = vec![0f32; hd];
                         attend_one(&k, &kv, 0, &table, 16, kvh * hd, len, &q[g * hd..(g + 1) * hd], 0.125, order, &mut AttnScratch::default(), &mut want);
                         assert_eq!(bits(&out[g * hd..(g + 1) * hd]), bits(&want), "group {group}, head {g}, {level:?}, {order:?}");
+                    }
+                    // Both KV heads in one call: each head's bits as above.
+                    let q_both: Vec<f32> = q.iter().chain(&q).map(|x| -x).collect();
+                    let mut out_both = vec![0f32; 2 * group * hd];
+                    attend_group(&k, &kv, 0, &table, 16, 0, 2, hd, len, &q_both, 0.125, order, &mut scratch, &mut out_both);
+                    for kvh in 0..2 {
+                        let mut want = vec![0f32; group * hd];
+                        attend_group(&k, &kv, 0, &table, 16, kvh * hd, 1, hd, len, &q_both[kvh * group * hd..(kvh + 1) * group * hd], 0.125, order, &mut AttnScratch::default(), &mut want);
+                        assert_eq!(bits(&out_both[kvh * group * hd..(kvh + 1) * group * hd]), bits(&want), "KV head {kvh} of two, group {group}, {level:?}, {order:?}");
                     }
                     match &scalar_out {
                         None => scalar_out = Some(out),
