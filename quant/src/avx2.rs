@@ -21,7 +21,7 @@ const Q4K: u8 = 4;
 const Q5K: u8 = 5;
 const Q6K: u8 = 6;
 const F32W: u8 = 10;
-/// Software prefetch distance in bytes for streamed weights.
+/// Software prefetch distance in bytes for streamed weights, prefetched into L2 (see `avx512.rs`).
 const PF_DIST: usize = 8192;
 const F16W: u8 = 11;
 const BF16W: u8 = 12;
@@ -195,7 +195,7 @@ unsafe fn tile_b32_inline<const W: u8, const R: usize, const T: usize>(p: &Tile)
         let mut mw = [0f32; R];
         for r in 0..R {
             let blk = p.w.add(r * p.rb + b * bb);
-            _mm_prefetch::<_MM_HINT_T0>(blk.wrapping_add(PF_DIST) as *const i8);
+            _mm_prefetch::<_MM_HINT_T1>(blk.wrapping_add(PF_DIST) as *const i8);
             if W == Q80 {
                 let w = _mm256_loadu_si256(blk.add(2) as *const __m256i);
                 wsign[r] = w;
@@ -284,7 +284,7 @@ unsafe fn tile_k<const W: u8, const R: usize, const T: usize>(p: &Tile) {
             let mut scv = [_mm256_setzero_si256(); R];
             for r in 0..R {
                 let bp = blk[r];
-                _mm_prefetch::<_MM_HINT_T0>(bp.wrapping_add(32 * v + PF_DIST) as *const i8);
+                _mm_prefetch::<_MM_HINT_T1>(bp.wrapping_add(32 * v + PF_DIST) as *const i8);
                 match W {
                     Q6K => {
                         // vector v covers elements 32v..32v+32: half n, quarter m.
@@ -372,7 +372,7 @@ unsafe fn tile_f<const W: u8, const R: usize, const T: usize>(p: &Tile) {
         let mut wv = [_mm256_setzero_ps(); R];
         for r in 0..R {
             let row = p.w.add(r * p.rb);
-            _mm_prefetch::<_MM_HINT_T0>(row.wrapping_add(4 * i + PF_DIST) as *const i8);
+            _mm_prefetch::<_MM_HINT_T1>(row.wrapping_add(4 * i + PF_DIST) as *const i8);
             wv[r] = load_wf::<W>(row, i);
         }
         for t in 0..T {
