@@ -197,9 +197,11 @@ unsafe fn tile_b32_inline<const W: u8, const R: usize, const T: usize>(p: &Tile)
         Q41 => 20,
         _ => 34,
     };
-    // Row pairs; an odd last row is paired with itself and its high half dropped.
+    // Row pairs; an odd last row is paired with itself and its high half dropped. At most two
+    // pairs: arrays sized for them, not for R, so that no unused accumulator is zeroed.
+    const { assert!(R <= 4, "tile_b32_inline: at most 4 rows") };
     let np = R.div_ceil(2);
-    let mut acc = [[_mm512_setzero_ps(); T]; R];
+    let mut acc = [[_mm512_setzero_ps(); T]; 2];
     // Q4_1: lane 4r + t % 4 of summs[t / 4] is (row r, token t)'s `summs`.
     let mut summs = [_mm512_setzero_ps(); 2];
     // Lanes of the 8 floats [d0, m0, d1, m1, d2, m2, d3, m3] (rows 0..3 of the tile).
@@ -214,8 +216,8 @@ unsafe fn tile_b32_inline<const W: u8, const R: usize, const T: usize>(p: &Tile)
         // The four rows' block headers (d, then m or the first quant bytes) in one conversion.
         let hdr = |r: usize| (row(r).add(b * bb) as *const i32).read_unaligned();
         let dm = _mm512_castps256_ps512(_mm256_cvtph_ps(_mm_set_epi32(hdr(3), hdr(2), hdr(1), hdr(0))));
-        let mut wv = [_mm512_setzero_si512(); R];
-        let mut dwv = [_mm512_setzero_ps(); R];
+        let mut wv = [_mm512_setzero_si512(); 2];
+        let mut dwv = [_mm512_setzero_ps(); 2];
         for pr in 0..np {
             let (lo, hi) = (row(2 * pr), row(2 * pr + 1));
             // Stream ahead: decode is DRAM-bound and the hardware prefetcher alone leaves
