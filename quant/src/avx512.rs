@@ -601,6 +601,14 @@ fn prefetch_row(p: *const f16, bytes: usize) {
     }
 }
 
+/// The pass of query heads starting at `h0`: its KV head `h0 / group` and how many heads it
+/// takes (at most `max`, none past that KV head's last or past `heads`).
+#[inline]
+fn head_pass(h0: usize, heads: usize, group: usize, max: usize) -> (usize, usize) {
+    let g = h0 / group;
+    (g, (heads.min((g + 1) * group) - h0).min(max))
+}
+
 /// [`crate::Kernels::attn_dots_f16`], bit-identical to [`crate::ggml_float::dot`]; row `r` of K
 /// starts at `row(r)`, query head `h` reads its columns `(h / group) * hd..` (heads of a KV
 /// head share it), and the first `row_bytes` of each row are prefetched (its KV heads' columns).
@@ -671,8 +679,7 @@ unsafe fn dots_nc<const NC: usize>(row: &impl Fn(usize) -> *const f16, n_rows: u
         // across the passes).
         let mut h0 = 0;
         while h0 < heads {
-            let g = h0 / group;
-            let hn = (heads.min((g + 1) * group) - h0).min(HT);
+            let (g, hn) = head_pass(h0, heads, group, HT);
             for r in 0..tn {
                 if h0 == 0 && t0 + r + PF < n_rows {
                     prefetch_row(row(t0 + r + PF), row_bytes);
@@ -775,8 +782,7 @@ pub(crate) unsafe fn accumulate_values_f16<const LOAD: bool>(acc: &mut [f32], hd
     let nc = hd / 16;
     let mut h0 = 0;
     while h0 < heads {
-        let g = h0 / group;
-        let hn = (heads.min((g + 1) * group) - h0).min(8);
+        let (g, hn) = head_pass(h0, heads, group, 8);
         let pf_bytes = if h0 == 0 { row_bytes } else { 0 };
         let row = |i: usize| row(i).add(g * hd);
         let ch = if hn <= 4 && nc.is_multiple_of(4) {

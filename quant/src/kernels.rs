@@ -332,8 +332,7 @@ impl Kernels {
     #[allow(clippy::too_many_arguments)]
     fn attn_dots_with<'a>(&self, n_rows: usize, row: impl Fn(usize) -> &'a [f16], qs: &[f32], hd: usize, kv_heads: usize, order: crate::AttnOrder, out: &mut [f32], out_stride: usize) {
         let heads = qs.len() / hd;
-        assert!(kv_heads >= 1 && heads.is_multiple_of(kv_heads), "attn_dots_f16: {heads} query heads do not split among {kv_heads} KV heads");
-        let group = (heads / kv_heads).max(1);
+        let group = query_group(heads, kv_heads, "attn_dots_f16");
         assert!(heads == 0 || (out_stride >= n_rows && out.len() >= (heads - 1) * out_stride + n_rows), "attn_dots_f16: out too short");
         #[cfg(target_arch = "x86_64")]
         if self.exact_simd() && hd.is_multiple_of(64) {
@@ -396,8 +395,7 @@ impl Kernels {
         let per_head = order.value_lanes() * hd;
         let heads = acc.len() / per_head;
         assert!(heads == 0 || (w_stride >= n_rows && weights.len() >= (heads - 1) * w_stride + n_rows), "accumulate_values_f16: weights too short");
-        assert!(kv_heads >= 1 && heads.is_multiple_of(kv_heads), "accumulate_values_f16: {heads} query heads do not split among {kv_heads} KV heads");
-        let group = (heads / kv_heads).max(1);
+        let group = query_group(heads, kv_heads, "accumulate_values_f16");
         #[cfg(target_arch = "x86_64")]
         if self.exact_simd() && hd.is_multiple_of(16) {
             // SAFETY: AVX-512 detected; `hd` a multiple of 16; `heads / group` KV heads; every row
@@ -435,4 +433,11 @@ impl Kernels {
         }
         crate::ggml_float::finish_values(acc, hd, order, out);
     }
+}
+
+/// Query heads per KV head when `heads` query heads split evenly among `kv_heads` KV heads (1
+/// when there are none). Panics, naming `op`, when they do not split.
+fn query_group(heads: usize, kv_heads: usize, op: &str) -> usize {
+    assert!(kv_heads >= 1 && heads.is_multiple_of(kv_heads), "{op}: {heads} query heads do not split among {kv_heads} KV heads");
+    (heads / kv_heads).max(1)
 }
