@@ -66,6 +66,7 @@ pub(crate) unsafe fn matmul(
                     aq: acts.as_ptr().add(t0 * 4 * k),
                     astride: 4 * k,
                     ad: std::ptr::null(),
+                    adb: std::ptr::null(),
                     corr: std::ptr::null(),
                     vb: std::ptr::null(),
                     vb_stride: 0,
@@ -101,6 +102,7 @@ pub(crate) unsafe fn matmul(
                         aq: pack.qs.as_ptr().add(t0 * k),
                         astride: k,
                         ad: pack.d.as_ptr().add(t0 * side),
+                        adb: if pack.d_by_block.is_empty() { std::ptr::null() } else { pack.d_by_block.as_ptr().add(t0) },
                         corr: if pack.corr.is_empty() { std::ptr::null() } else { pack.corr.as_ptr().add(t0 * nb * 8) },
                         vb: if pack.v_by_block.is_empty() { std::ptr::null() } else { pack.v_by_block.as_ptr().add(t0) },
                         vb_stride: n_tokens,
@@ -109,9 +111,9 @@ pub(crate) unsafe fn matmul(
                         ostride: nrows,
                     };
                     match ty {
-                        GgmlType::Q4_0 => dispatch_tile8!(tile_b32_inline, Q40, nr, nt, &tile),
-                        GgmlType::Q4_1 => dispatch_tile8!(tile_b32_inline, Q41, nr, nt, &tile),
-                        _ => dispatch_tile8!(tile_b32_inline, Q80, nr, nt, &tile),
+                        GgmlType::Q4_0 => dispatch_tile8!(tile_b32, Q40, nr, nt, &tile),
+                        GgmlType::Q4_1 => dispatch_tile8!(tile_b32, Q41, nr, nt, &tile),
+                        _ => dispatch_tile8!(tile_b32, Q80, nr, nt, &tile),
                     }
                 },
                 |_, _| {},
@@ -131,6 +133,7 @@ pub(crate) unsafe fn matmul(
                     aq: pack.qs.as_ptr().add(t0 * k),
                     astride: k,
                     ad: pack.d.as_ptr().add(t0 * side),
+                    adb: std::ptr::null(),
                     corr: std::ptr::null(),
                     vb: std::ptr::null(),
                     vb_stride: 0,
@@ -158,111 +161,136 @@ unsafe fn h2f(p: *const u8) -> f32 {
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128((p as *const u16).read_unaligned() as i32)))
 }
 
-/// Block `b` of two weight rows as 64 unsigned bytes in ggml's element order: `lo` in the low
-/// 32 bytes, `hi` in the high 32 (nibble types: the 16 low nibbles, then the 16 high ones).
+/// Block `b` of one weight row as 32 unsigned bytes in ggml's element order (nibble types: the 16
+/// low nibbles, then the 16 high ones; Q8_0: the signed bytes plus 128).
 /// # Safety
 /// The CPU must have the features in this function's `target_feature` attribute, and
-/// every pointer must be valid for the reads and writes its arguments describe.
+/// `row` must be valid for reads of block `b`.
 #[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx2")]
-unsafe fn load_w32_rows<const W: u8>(lo: *const u8, hi: *const u8, b: usize) -> __m512i {
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2")]
+unsafe fn load_w32<const W: u8>(row: *const u8, b: usize) -> __m256i {
     if W == Q80 {
-        let x80 = _mm256_set1_epi8(-128);
-        let l = _mm256_xor_si256(_mm256_loadu_si256(lo.add(b * 34 + 2) as *const __m256i), x80);
-        let h = _mm256_xor_si256(_mm256_loadu_si256(hi.add(b * 34 + 2) as *const __m256i), x80);
-        _mm512_inserti64x4::<1>(_mm512_castsi256_si512(l), h)
+        _mm256_xor_si256(_mm256_loadu_si256(row.add(b * 34 + 2) as *const __m256i), _mm256_set1_epi8(-128))
     } else {
         let (bb, qo) = if W == Q41 { (20, 4) } else { (18, 2) };
-        let l = _mm256_broadcastsi128_si256(_mm_loadu_si128(lo.add(b * bb + qo) as *const __m128i));
-        let h = _mm256_broadcastsi128_si256(_mm_loadu_si128(hi.add(b * bb + qo) as *const __m128i));
-        let v = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(l), h);
-        _mm512_and_si512(_mm512_srlv_epi64(v, _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0)), _mm512_set1_epi8(0x0f))
+        let q = _mm256_broadcastsi128_si256(_mm_loadu_si128(row.add(b * bb + qo) as *const __m128i));
+        _mm256_and_si256(_mm256_srlv_epi64(q, _mm256_set_epi64x(4, 4, 0, 0)), _mm256_set1_epi8(0x0f))
     }
 }
+
+/// Blocks whose scale products a 32-block tile pass forms ahead of their dot products.
+const SCALE_CHUNK: usize = 32;
 
 /// R rows x T tokens of a 32-block weight type against its repacked 8-bit activations, in
 /// ggml's arithmetic (`ggml_vec_dot_q4_0_q8_0` and friends on x86): per (row, token) eight
 /// float lanes, each adding `d_w * d_a * (integer sum of its 4 products)` block after block with
-/// one FMA, summed by `hsum_float_8`; Q4_1 adds its `m * s` terms on a chain of their own (one
-/// lane per (row, token) of a 16-lane register per four tokens). A 512-bit register holds two
-/// rows' lanes; up to 8 tokens (`TT8`) share each decoded weight block. Every (row, token) sees
-/// the same instruction sequence whatever R and T are (batch invariance).
+/// one FMA, summed by `hsum_float_8`; Q4_1 adds its `m * s` terms on a chain of their own. Up to
+/// 8 tokens (`TT8`) share each decoded weight block: tiles of more than 4 tokens run as passes of
+/// two rows (16 accumulators). Every (row, token) sees the same arithmetic whatever R and T are
+/// (batch invariance).
 /// # Safety
 /// The CPU must have the features in this function's `target_feature` attribute, and
 /// every pointer must be valid for the reads and writes its arguments describe.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn tile_b32_inline<const W: u8, const R: usize, const T: usize>(p: &Tile) {
+unsafe fn tile_b32<const W: u8, const R: usize, const T: usize>(p: &Tile) {
+    const { assert!(R <= 4 && T <= 8, "tile_b32: at most 4 rows and 8 tokens") };
+    if T <= 4 {
+        tile_b32_pass::<W, R, T>(p, 0);
+    } else {
+        match R {
+            4 => {
+                tile_b32_pass::<W, 2, T>(p, 0);
+                tile_b32_pass::<W, 2, T>(p, 2);
+            }
+            3 => {
+                tile_b32_pass::<W, 2, T>(p, 0);
+                tile_b32_pass::<W, 1, T>(p, 2);
+            }
+            2 => tile_b32_pass::<W, 2, T>(p, 0),
+            _ => tile_b32_pass::<W, 1, T>(p, 0),
+        }
+    }
+}
+
+/// Rows `r0..r0 + R` of [`tile_b32`]. The FMA's scale `d_w * d_a` (exact in f32: a product of
+/// two f16) comes from a table formed a chunk of blocks ahead, 16 (row, token) products per
+/// multiply, and is broadcast from memory into 256-bit FMAs: on Zen 4 the multiply per pair of
+/// (row, token) lanes that a 512-bit form needs would share the pipes of the dot products and
+/// FMAs, while broadcast loads use the load ports.
+/// # Safety
+/// As [`tile_b32`]; `R * T <= 16`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn tile_b32_pass<const W: u8, const R: usize, const T: usize>(p: &Tile, r0: usize) {
+    // Not a const assert: `tile_b32`'s branches name instances that its other branches make dead.
+    debug_assert!(R * T <= 16 && R <= 4 && T <= 8, "tile_b32_pass: at most 16 (row, token) pairs");
     let bb = match W {
         Q40 => 18,
         Q41 => 20,
         _ => 34,
     };
-    // Row pairs; an odd last row is paired with itself and its high half dropped. At most two
-    // pairs: arrays sized for them, not for R, so that no unused accumulator is zeroed.
-    const { assert!(R <= 4, "tile_b32_inline: at most 4 rows") };
-    let np = R.div_ceil(2);
-    let mut acc = [[_mm512_setzero_ps(); T]; 2];
-    // Q4_1: lane 4r + t % 4 of summs[t / 4] is (row r, token t)'s `summs`.
-    let mut summs = [_mm512_setzero_ps(); 2];
-    // Lanes of the 8 floats [d0, m0, d1, m1, d2, m2, d3, m3] (rows 0..3 of the tile).
-    let pair_d: [__m512i; 2] = [
-        _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0),
-        _mm512_set_epi32(6, 6, 6, 6, 6, 6, 6, 6, 4, 4, 4, 4, 4, 4, 4, 4),
-    ];
-    let m_lanes = _mm512_set_epi32(7, 7, 7, 7, 5, 5, 5, 5, 3, 3, 3, 3, 1, 1, 1, 1);
-    let row = |r: usize| p.w.add(r.min(R - 1) * p.rb);
+    // Lane r * ts + t of the 16-lane scale (and Q4_1 `summs`) vectors is (row r, token t).
+    let ts = if T <= 4 { 4 } else { 8 };
+    let lane_row: [i32; 16] = std::array::from_fn(|l| (l / ts) as i32);
+    let lane_row = _mm512_loadu_si512(lane_row.as_ptr() as *const _);
+    // Indexes into the header floats [d0, m0, d1, m1, d2, m2, d3, m3].
+    let d_idx = _mm512_add_epi32(lane_row, lane_row);
+    let m_idx = _mm512_add_epi32(d_idx, _mm512_set1_epi32(1));
+    let tmask: __mmask8 = ((1u16 << T) - 1) as u8;
+    // The tile's T tokens' values of one block, repeated for each row's lanes.
+    let by_token = |v: *const f32| -> __m512 {
+        if T <= 4 {
+            _mm512_broadcast_f32x4(_mm_maskz_loadu_ps(tmask, v))
+        } else {
+            _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_maskz_loadu_ps(tmask, v))))
+        }
+    };
+    let row = |r: usize| p.w.add((r0 + r) * p.rb);
+    let mut acc = [[_mm256_setzero_ps(); T]; R];
+    let mut summs = _mm512_setzero_ps();
+    // Written before read, block by block (zeroing it was 8% of a tile pass).
+    let mut scales = [const { std::mem::MaybeUninit::<__m512>::uninit() }; SCALE_CHUNK];
     let nb = p.nb;
-    for b in 0..nb {
-        // The four rows' block headers (d, then m or the first quant bytes) in one conversion.
-        let hdr = |r: usize| (row(r).add(b * bb) as *const i32).read_unaligned();
-        let dm = _mm512_castps256_ps512(_mm256_cvtph_ps(_mm_set_epi32(hdr(3), hdr(2), hdr(1), hdr(0))));
-        let mut wv = [_mm512_setzero_si512(); 2];
-        let mut dwv = [_mm512_setzero_ps(); 2];
-        for pr in 0..np {
-            let (lo, hi) = (row(2 * pr), row(2 * pr + 1));
-            // Stream ahead: decode is DRAM-bound and the hardware prefetcher alone leaves
-            // too few misses in flight.
-            _mm_prefetch::<_MM_HINT_T1>(lo.wrapping_add(b * bb + PF_DIST) as *const i8);
-            _mm_prefetch::<_MM_HINT_T1>(hi.wrapping_add(b * bb + PF_DIST) as *const i8);
-            wv[pr] = load_w32_rows::<W>(lo, hi, b);
-            dwv[pr] = _mm512_permutexvar_ps(pair_d[pr], dm);
-        }
-        for t in 0..T {
-            let a = _mm512_broadcast_i64x4(_mm256_loadu_si256(p.aq.add(t * p.astride + 32 * b) as *const __m256i));
-            let init = if W == Q41 || p.corr.is_null() {
-                _mm512_setzero_si512()
-            } else {
-                _mm512_broadcast_i64x4(_mm256_loadu_si256(p.corr.add((t * nb + b) * 8) as *const __m256i))
-            };
-            let da = _mm512_set1_ps(*p.ad.add(t * p.side + b));
-            for pr in 0..np {
-                let dot = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(init, wv[pr], a));
-                acc[pr][t] = _mm512_fmadd_ps(_mm512_mul_ps(dwv[pr], da), dot, acc[pr][t]);
+    let mut c0 = 0;
+    while c0 < nb {
+        let cn = SCALE_CHUNK.min(nb - c0);
+        for (i, sc) in scales.iter_mut().enumerate().take(cn) {
+            let b = c0 + i;
+            // The rows' block headers (d, then m or the first quant bytes) in one conversion.
+            let hdr = |r: usize| if r < R { (row(r).add(b * bb) as *const i32).read_unaligned() } else { 0 };
+            let dm = _mm512_castps256_ps512(_mm256_cvtph_ps(_mm_set_epi32(hdr(3), hdr(2), hdr(1), hdr(0))));
+            sc.write(_mm512_mul_ps(_mm512_permutexvar_ps(d_idx, dm), by_token(p.adb.add(b * p.vb_stride))));
+            if W == Q41 {
+                // ggml's `summs += m * s` (f16 x f16 is exact in f32: fused or not alike).
+                summs = _mm512_fmadd_ps(_mm512_permutexvar_ps(m_idx, dm), by_token(p.vb.add(b * p.vb_stride)), summs);
             }
         }
-        if W == Q41 {
-            // ggml's `summs += m * s` (f16 x f16 is exact in f32: fused or not alike).
-            let m = _mm512_permutexvar_ps(m_lanes, dm);
-            for (g, sg) in summs.iter_mut().enumerate().take(T.div_ceil(4)) {
-                let s = _mm512_broadcast_f32x4(_mm_loadu_ps(p.vb.add(b * p.vb_stride + 4 * g)));
-                *sg = _mm512_fmadd_ps(m, s, *sg);
+        for i in 0..cn {
+            let b = c0 + i;
+            let mut wv = [_mm256_setzero_si256(); R];
+            for (r, w) in wv.iter_mut().enumerate() {
+                // Stream ahead: decode is DRAM-bound and the hardware prefetcher alone leaves
+                // too few misses in flight.
+                _mm_prefetch::<_MM_HINT_T1>(row(r).wrapping_add(b * bb + PF_DIST) as *const i8);
+                *w = load_w32::<W>(row(r), b);
+            }
+            let sc = scales.as_ptr().add(i) as *const f32;
+            for t in 0..T {
+                let a = _mm256_loadu_si256(p.aq.add(t * p.astride + 32 * b) as *const __m256i);
+                for r in 0..R {
+                    let init = if W == Q41 { _mm256_setzero_si256() } else { _mm256_loadu_si256(p.corr.add((t * nb + b) * 8) as *const __m256i) };
+                    let dot = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(init, wv[r], a));
+                    acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(*sc.add(r * ts + t)), dot, acc[r][t]);
+                }
             }
         }
+        c0 += cn;
     }
-    let mut sm = [[0f32; 16]; 2];
-    for (g, sg) in summs.iter().enumerate() {
-        _mm512_storeu_ps(sm[g].as_mut_ptr(), *sg);
-    }
-    for pr in 0..np {
+    let mut sm = [0f32; 16];
+    _mm512_storeu_ps(sm.as_mut_ptr(), summs);
+    for r in 0..R {
         for t in 0..T {
-            let r = 2 * pr;
-            let halves = _mm512_castps_pd(acc[pr][t]);
-            let lo = _mm256_castpd_ps(_mm512_castpd512_pd256(halves));
-            let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(halves));
-            *p.out.add(t * p.ostride + r) = hsum_float_8(lo) + sm[t / 4][4 * r + t % 4];
-            if r + 1 < R {
-                *p.out.add(t * p.ostride + r + 1) = hsum_float_8(hi) + sm[t / 4][4 * (r + 1) + t % 4];
-            }
+            *p.out.add(t * p.ostride + r0 + r) = hsum_float_8(acc[r][t]) + sm[r * ts + t];
         }
     }
 }

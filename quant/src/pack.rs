@@ -11,6 +11,9 @@ pub(crate) struct ActPack {
     pub qs: Vec<u8>,
     /// Per token, `stride` floats: the scale of each block (32-blocks or 256-super-blocks).
     pub d: Vec<f32>,
+    /// 32-block weight types: `d` again, block-major (block `b` of token `t` at `b * n_tokens + t`),
+    /// so that a micro-tile loads its tokens' scales of one block with one (masked) load.
+    pub d_by_block: Vec<f32>,
     /// Q4_1 weights only: the Q8_1 `s` of each 32-block, block-major (block `b` of token `t` at
     /// `b * n_tokens + t`), then 4 floats of padding, so a micro-tile loads its tokens' `s` of
     /// one block with one 16-byte load.
@@ -43,6 +46,7 @@ impl ActPack {
         let stride = side_stride(nb);
         let mut qs = vec![0u8; n_tokens * k + 64];
         let mut d = vec![0f32; n_tokens * stride];
+        let mut d_by_block = vec![0f32; if kblock { 0 } else { nb * n_tokens }];
         let mut v_by_block = vec![0f32; if weight == GgmlType::Q4_1 { nb * n_tokens + 4 } else { 0 }];
         let offset = match weight {
             GgmlType::Q4_0 => 8,
@@ -71,6 +75,7 @@ impl ActPack {
                     }
                 } else {
                     d[t * stride + b] = f16_at(blk, 0);
+                    d_by_block[b * n_tokens + t] = d[t * stride + b];
                     if weight == GgmlType::Q4_1 {
                         v_by_block[b * n_tokens + t] = f16_at(blk, 2);
                     }
@@ -83,7 +88,7 @@ impl ActPack {
                 }
             }
         }
-        ActPack { qs, d, v_by_block, corr, bsums, stride }
+        ActPack { qs, d, d_by_block, v_by_block, corr, bsums, stride }
     }
 
     /// `packed` when the caller repacked beforehand, else a pack made now and kept in `slot`.
@@ -167,11 +172,15 @@ pub(crate) struct Tile {
     pub astride: usize,
     /// First token's per-block activation scales, `side` floats per token.
     pub ad: *const f32,
+    /// First token's entry of [`ActPack::d_by_block`] (block 0), `vb_stride` floats per block;
+    /// null when none.
+    pub adb: *const f32,
     /// First token's lane corrections (see [`ActPack::corr`]), `8 * nb` per token; null when none.
     pub corr: *const i32,
     /// First token's entry of [`ActPack::v_by_block`] (block 0), `vb_stride` floats per block;
     /// null when none.
     pub vb: *const f32,
+    /// Floats per block in `adb` and `vb` (the call's token count).
     pub vb_stride: usize,
     /// First token's Q8_K block sums, `16 * nb` per token.
     pub bs: *const i16,
