@@ -112,7 +112,8 @@ fn main() {
         let ty = GgmlType::from_name(&args[pos + 1]).unwrap();
         let kern = if args[pos + 2] == "avx2" { Kernels::with_level(SimdLevel::Avx2) } else { Kernels::with_level(SimdLevel::Avx512Vnni) }.unwrap();
         let n: usize = args[pos + 3].parse().unwrap();
-        let k = if matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K) { 1536 } else { 576 };
+        let k_default = if matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K) { 1536 } else { 576 };
+        let k = std::env::var("K").ok().and_then(|v| v.parse().ok()).unwrap_or(k_default);
         let rows = std::env::var("ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(1536);
         let m = mat(ty, rows, k, 1);
         let a = acts(&kern, ty, k, n);

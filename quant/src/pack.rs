@@ -158,6 +158,7 @@ macro_rules! dispatch_tile8 {
 }
 
 /// Shared arguments of one micro-tile call.
+#[derive(Clone, Copy)]
 pub(crate) struct Tile {
     /// First weight row of the tile.
     pub w: *const u8,

@@ -520,8 +520,10 @@ impl Engine {
                 if let Some(StepStatus::Deferred | StepStatus::Failed(_)) = out.status.iter().find(|s| !matches!(s, StepStatus::Ran { .. })) {
                     return Err(EngineError::Device(DeviceError::BadBatch("the KV arena cannot hold every benchmark sequence".into())));
                 }
-                for (i, t) in next.iter_mut().enumerate() {
-                    t[0] = strata_model::sampling::argmax(&out.logits[i * vocab..(i + 1) * vocab]);
+                for (t, st) in next.iter_mut().zip(&out.status) {
+                    if let StepStatus::Ran { logits_row: Some(row) } = st {
+                        t[0] = strata_model::sampling::argmax(&out.logits[row * vocab..(row + 1) * vocab]);
+                    }
                 }
             }
             Ok(t0.elapsed().as_secs_f64() * 1e3)
@@ -605,7 +607,9 @@ impl Engine {
             }
         }
         let vocab = self.model.hparams.vocab_size;
-        let mut rows_by_entry: Vec<Option<Vec<f32>>> = vec![None; work.len()];
+        // Each wanted row is copied once, straight from the device's output.
+        let wanted_rows: usize = parts.iter().map(|p| p.entries.len()).sum();
+        let mut logits = Vec::with_capacity(wanted_rows * vocab);
         for (which, part) in parts.iter_mut().enumerate() {
             if part.tokens.is_empty() {
                 continue;
@@ -624,15 +628,9 @@ impl Engine {
             let out = plan.forward(&batch)?;
             if wanted {
                 for (k, &entry) in part.entries.iter().enumerate() {
-                    rows_by_entry[entry] = Some(out[k * vocab..(k + 1) * vocab].to_vec());
+                    status[entry] = StepStatus::Ran { logits_row: Some(logits.len() / vocab) };
+                    logits.extend_from_slice(&out[k * vocab..(k + 1) * vocab]);
                 }
-            }
-        }
-        let mut logits = Vec::new();
-        for (entry, row) in rows_by_entry.into_iter().enumerate() {
-            if let Some(row) = row {
-                status[entry] = StepStatus::Ran { logits_row: Some(logits.len() / vocab) };
-                logits.extend_from_slice(&row);
             }
         }
         self.kv.commit_batch(commits)?;

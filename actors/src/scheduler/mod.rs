@@ -252,21 +252,35 @@ struct Scheduler {
     shutting_down: bool,
     lp_scratch: Vec<f32>,
     metrics: crate::metrics::SchedulerMetrics,
+    /// When the KV arena series were last published, and whether a sequence started or ended
+    /// since (which publishes them at once).
+    kv_published: Instant,
+    kv_changed: bool,
 }
+
+/// How stale the KV arena series may grow while the same sequences run: reading them is a round
+/// trip to the KV broker (~0.3 ms on the 2-core machine), too dear for every decode step.
+const KV_PUBLISH_INTERVAL: Duration = Duration::from_millis(100);
 
 impl Scheduler {
     fn new(engine: Engine, opts: SchedulerOptions, rx: Receiver<Command>, queued: Arc<AtomicUsize>) -> Self {
         let kv = engine.kv().stats().unwrap_or_default();
         let metrics = crate::metrics::SchedulerMetrics::new(&opts.prefill_device, &opts.decode_device, &kv, engine.layout().total_bytes());
-        Scheduler { engine, opts, rx, queued, waiting: VecDeque::new(), running: Vec::new(), next_seq: 1 << 32, shutting_down: false, lp_scratch: Vec::new(), metrics }
+        Scheduler { engine, opts, rx, queued, waiting: VecDeque::new(), running: Vec::new(), next_seq: 1 << 32, shutting_down: false, lp_scratch: Vec::new(), metrics, kv_published: Instant::now(), kv_changed: true }
     }
 
-    /// Publishes the gateway gauges (running, KV usage) and the KV arena series.
-    fn publish_metrics(&self) {
+    /// Publishes the gateway gauges (running, KV usage) and the KV arena series: the latter at
+    /// once when a sequence started or ended, else at most every [`KV_PUBLISH_INTERVAL`].
+    fn publish_metrics(&mut self) {
         self.metrics.set_running(self.running.len());
+        if !self.kv_changed && self.kv_published.elapsed() < KV_PUBLISH_INTERVAL {
+            return;
+        }
         if let Ok(kv) = self.engine.kv().stats() {
             self.metrics.publish_kv(&kv);
         }
+        self.kv_changed = false;
+        self.kv_published = Instant::now();
     }
 
     fn run(&mut self) {
@@ -275,8 +289,8 @@ impl Scheduler {
                 break;
             }
             self.admit();
-            self.publish_metrics();
             if self.running.is_empty() {
+                self.publish_metrics();
                 if self.shutting_down && self.waiting.is_empty() {
                     break;
                 }
@@ -361,6 +375,7 @@ impl Scheduler {
                     continue;
                 }
             };
+            self.kv_changed = true;
             let max_context = self.engine.options().max_context;
             let budget = req.max_tokens.min(max_context.saturating_sub(req.prompt.len()));
             let _ = req.events.try_send(GenEvent::Started { reused_tokens: reused });
@@ -537,6 +552,7 @@ impl Scheduler {
 
     fn end(&mut self, r: Running, stop: StopReason, error: Option<String>) {
         let _span = r.req.span.enter();
+        self.kv_changed = true;
         let cache = stop != StopReason::Cancelled;
         if let Err(e) = self.engine.end_sequence(r.seq, cache, r.req.prompt.len()) {
             tracing::error!(error = %e, "ending a sequence");
