@@ -267,6 +267,8 @@ unsafe fn tile_b32_pass<const W: u8, const R: usize, const T: usize>(p: &Tile, r
     let row = |r: usize| p.w.add((r0 + r) * p.rb);
     let mut acc = [[_mm256_setzero_ps(); T]; R];
     let mut summs = _mm512_setzero_ps();
+    // Tiles of more than 4 tokens (at most 2 rows): one 256-bit chain per row.
+    let mut summs_rows = [_mm256_setzero_ps(); 2];
     // Written before read, block by block (zeroing it was 8% of a tile pass).
     let mut scales = [const { std::mem::MaybeUninit::<__m512>::uninit() }; SCALE_CHUNK];
     let nb = p.nb;
@@ -277,6 +279,27 @@ unsafe fn tile_b32_pass<const W: u8, const R: usize, const T: usize>(p: &Tile, r
             let b = c0 + i;
             // The rows' block headers (d, then m or the first quant bytes) in one conversion.
             let hdr = |r: usize| if r < R { (row(r).add(b * bb) as *const i32).read_unaligned() } else { 0 };
+            if T > 4 {
+                // Two rows: 256-bit broadcasts and multiplies (single-pumped on Zen 4), not
+                // 512-bit permutes.
+                let dm = _mm_cvtph_ps(_mm_set_epi32(0, 0, hdr(1), hdr(0)));
+                let da = _mm256_maskz_loadu_ps(tmask, p.adb.add(b * p.vb_stride));
+                let half = sc.as_mut_ptr() as *mut f32;
+                _mm256_storeu_ps(half, _mm256_mul_ps(_mm256_broadcastss_ps(dm), da));
+                if R > 1 {
+                    _mm256_storeu_ps(half.add(8), _mm256_mul_ps(_mm256_broadcastss_ps(_mm_movehl_ps(dm, dm)), da));
+                }
+                if W == Q41 {
+                    // ggml's `summs += m * s` (f16 x f16 is exact in f32: fused or not alike).
+                    let sv = _mm256_maskz_loadu_ps(tmask, p.vb.add(b * p.vb_stride));
+                    let m = _mm_movehdup_ps(dm);
+                    summs_rows[0] = _mm256_fmadd_ps(_mm256_broadcastss_ps(m), sv, summs_rows[0]);
+                    if R > 1 {
+                        summs_rows[1] = _mm256_fmadd_ps(_mm256_broadcastss_ps(_mm_movehl_ps(m, m)), sv, summs_rows[1]);
+                    }
+                }
+                continue;
+            }
             let dm = _mm512_castps256_ps512(_mm256_cvtph_ps(_mm_set_epi32(hdr(3), hdr(2), hdr(1), hdr(0))));
             sc.write(_mm512_mul_ps(_mm512_permutexvar_ps(d_idx, dm), by_token(p.adb.add(b * p.vb_stride))));
             if W == Q41 {
@@ -306,7 +329,12 @@ unsafe fn tile_b32_pass<const W: u8, const R: usize, const T: usize>(p: &Tile, r
         c0 += cn;
     }
     let mut sm = [0f32; 16];
-    _mm512_storeu_ps(sm.as_mut_ptr(), summs);
+    if T > 4 {
+        _mm256_storeu_ps(sm.as_mut_ptr(), summs_rows[0]);
+        _mm256_storeu_ps(sm.as_mut_ptr().add(8), summs_rows[1]);
+    } else {
+        _mm512_storeu_ps(sm.as_mut_ptr(), summs);
+    }
     for r in 0..R {
         for t in 0..T {
             *p.out.add(t * p.ostride + r0 + r) = hsum_float_8(acc[r][t]) + sm[r * ts + t];
