@@ -30,11 +30,12 @@ pub(crate) const PF_DIST: usize = 8192;
 const F16W: u8 = 11;
 const BF16W: u8 = 12;
 
-/// `out[t * rows.len() + r] = dot(weight row r, activation row t)`.
+/// `out[t * out_stride + r] = dot(weight row rows.start + r, activation row t)`.
 ///
 /// # Safety
 /// The CPU must support avx512f, avx512bw, avx512vl, avx512vnni, avx2, fma and f16c; the
-/// slices must have been validated by `Kernels::matmul` (lengths consistent with `ty`, `k`).
+/// slices must have been validated by `Kernels::matmul` (lengths consistent with `ty`, `k`), and
+/// `out` must be valid for writes of those elements, which no one else accesses meanwhile.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn matmul(
@@ -45,7 +46,8 @@ pub(crate) unsafe fn matmul(
     acts: &[u8],
     n_tokens: usize,
     packed: Option<&ActPack>,
-    out: &mut [f32],
+    out: *mut f32,
+    out_stride: usize,
 ) {
     let rb = ty.row_bytes(k as u64).unwrap() as usize;
     let nrows = rows.len();
@@ -71,8 +73,8 @@ pub(crate) unsafe fn matmul(
                     vb: std::ptr::null(),
                     vb_stride: 0,
                     bs: std::ptr::null(),
-                    out: out.as_mut_ptr().add(t0 * nrows + r0),
-                    ostride: nrows,
+                    out: out.add(t0 * out_stride + r0),
+                    ostride: out_stride,
                 };
                 match wk {
                     F32W => dispatch_tile!(tile_f, F32W, nr, nt, &tile),
@@ -107,8 +109,8 @@ pub(crate) unsafe fn matmul(
                         vb: if pack.v_by_block.is_empty() { std::ptr::null() } else { pack.v_by_block.as_ptr().add(t0) },
                         vb_stride: n_tokens,
                         bs: std::ptr::null(),
-                        out: out.as_mut_ptr().add(t0 * nrows + r0),
-                        ostride: nrows,
+                        out: out.add(t0 * out_stride + r0),
+                        ostride: out_stride,
                     };
                     match ty {
                         GgmlType::Q4_0 => dispatch_tile8!(tile_b32, Q40, nr, nt, &tile),
@@ -138,8 +140,8 @@ pub(crate) unsafe fn matmul(
                     vb: std::ptr::null(),
                     vb_stride: 0,
                     bs: pack.bsums.as_ptr().add(t0 * nsb * 16),
-                    out: out.as_mut_ptr().add(t0 * nrows + r0),
-                    ostride: nrows,
+                    out: out.add(t0 * out_stride + r0),
+                    ostride: out_stride,
                 };
                 match ty {
                     GgmlType::Q4_K => dispatch_tile!(tile_k, Q4K, nr, nt, &tile),

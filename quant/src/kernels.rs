@@ -157,7 +157,16 @@ impl Kernels {
         n_tokens: usize,
         out: &mut [f32],
     ) -> Result<(), QuantError> {
-        self.matmul_impl(weight, weights, k, rows, acts, n_tokens, None, out)
+        Self::check_out(out.len(), n_tokens, rows.len())?;
+        // SAFETY: `out` is an exclusive slice of exactly n_tokens x rows.len() floats.
+        unsafe { self.matmul_impl(weight, weights, k, rows.clone(), acts, n_tokens, None, out.as_mut_ptr(), rows.len()) }
+    }
+
+    fn check_out(len: usize, n_tokens: usize, n_rows: usize) -> Result<(), QuantError> {
+        if len != n_tokens * n_rows {
+            return Err(QuantError::Length { what: "output floats", expected: n_tokens * n_rows, got: len });
+        }
+        Ok(())
     }
 
     /// Repacks `n_tokens` activation rows (as [`Kernels::matmul`] takes them) once, for any
@@ -203,14 +212,49 @@ impl Kernels {
         packed: &PackedActivations,
         out: &mut [f32],
     ) -> Result<(), QuantError> {
+        Self::check_out(out.len(), n_tokens, rows.len())?;
+        // SAFETY: `out` is an exclusive slice of exactly n_tokens x rows.len() floats.
+        unsafe { self.matmul_packed_into(weight, weights, k, rows.clone(), acts, n_tokens, packed, out.as_mut_ptr(), rows.len()) }
+    }
+
+    /// [`Kernels::matmul_packed`] writing row `r`'s result for token `t` at
+    /// `out[t * out_stride + r]` (`r` counted from `rows.start`): straight into a wider output
+    /// whose other columns other threads compute meanwhile, with no copy.
+    ///
+    /// # Errors
+    /// As [`Kernels::matmul_packed`]; an `out_stride` below `rows.len()` is a length error.
+    ///
+    /// # Safety
+    /// `out` must be valid for writes of `out[t * out_stride + r]` for every `t < n_tokens` and
+    /// `r < rows.len()`, and nothing else may read or write those elements during the call.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn matmul_packed_into(
+        &self,
+        weight: GgmlType,
+        weights: &[u8],
+        k: usize,
+        rows: Range<usize>,
+        acts: &[u8],
+        n_tokens: usize,
+        packed: &PackedActivations,
+        out: *mut f32,
+        out_stride: usize,
+    ) -> Result<(), QuantError> {
         if packed.weight != weight || packed.level != self.level || packed.k != k || packed.n_tokens != n_tokens {
             return Err(QuantError::Length { what: "packed activations (made for another product)", expected: n_tokens * k, got: packed.n_tokens * packed.k });
         }
-        self.matmul_impl(weight, weights, k, rows, acts, n_tokens, packed.pack.as_ref(), out)
+        if out_stride < rows.len() {
+            return Err(QuantError::Length { what: "output stride", expected: rows.len(), got: out_stride });
+        }
+        // SAFETY: the caller's contract covers `out`.
+        unsafe { self.matmul_impl(weight, weights, k, rows, acts, n_tokens, packed.pack.as_ref(), out, out_stride) }
     }
 
+    /// # Safety
+    /// `out` must be valid for writes of `out[t * out_stride + r]` for `t < n_tokens`,
+    /// `r < rows.len()`, which no one else accesses during the call; `out_stride >= rows.len()`.
     #[allow(clippy::too_many_arguments)]
-    fn matmul_impl(
+    unsafe fn matmul_impl(
         &self,
         weight: GgmlType,
         weights: &[u8],
@@ -219,7 +263,8 @@ impl Kernels {
         acts: &[u8],
         n_tokens: usize,
         packed: Option<&crate::pack::ActPack>,
-        out: &mut [f32],
+        out: *mut f32,
+        out_stride: usize,
     ) -> Result<(), QuantError> {
         if !matmul_supported(weight) {
             return Err(QuantError::Unsupported { ty: weight, op: "matmul" });
@@ -243,26 +288,23 @@ impl Kernels {
         if acts.len() != n_tokens * arb {
             return Err(QuantError::Length { what: "activation bytes", expected: n_tokens * arb, got: acts.len() });
         }
-        if out.len() != n_tokens * rows.len() {
-            return Err(QuantError::Length { what: "output floats", expected: n_tokens * rows.len(), got: out.len() });
-        }
         if rows.is_empty() || n_tokens == 0 {
             return Ok(());
         }
         match self.level {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: this level exists only once its features were detected (`with_level`);
-            // all lengths were validated above.
-            SimdLevel::Avx512Vnni => unsafe { crate::avx512::matmul(weight, weights, k, rows, acts, n_tokens, packed, out) },
+            // all lengths were validated above; `out` is the caller's contract.
+            SimdLevel::Avx512Vnni => unsafe { crate::avx512::matmul(weight, weights, k, rows, acts, n_tokens, packed, out, out_stride) },
             #[cfg(target_arch = "x86_64")]
             // SAFETY: as above, for AVX2/FMA/F16C.
-            SimdLevel::Avx2 => unsafe { crate::avx2::matmul(weight, weights, k, rows, acts, n_tokens, packed, out) },
+            SimdLevel::Avx2 => unsafe { crate::avx2::matmul(weight, weights, k, rows, acts, n_tokens, packed, out, out_stride) },
             _ => {
-                let nr = rows.len();
                 for t in 0..n_tokens {
                     let a = &acts[t * arb..(t + 1) * arb];
                     for (i, r) in rows.clone().enumerate() {
-                        out[t * nr + i] = scalar::dot_row(weight, &weights[r * rb..(r + 1) * rb], a, k);
+                        // SAFETY: t < n_tokens and i < rows.len(): the caller's contract.
+                        unsafe { *out.add(t * out_stride + i) = scalar::dot_row(weight, &weights[r * rb..(r + 1) * rb], a, k) };
                     }
                 }
             }

@@ -65,7 +65,6 @@ unsafe impl<T> Sync for SharedMut<T> {}
 /// Per-thread scratch space.
 #[derive(Default)]
 struct Scratch {
-    out: Vec<f32>,
     attn: ops::AttnScratch,
 }
 
@@ -326,7 +325,6 @@ impl CpuPlan {
         let queue = WorkQueue::new(jobs.len(), self.threads);
         let claim_dynamically = n > 4;
         plan.broadcast(|ti, nt| {
-            let mut scratch = plan.scratch[ti].lock();
             let mut mine = jobs.iter().skip(ti).step_by(nt);
             let mut claimed = 0..0;
             let mut next_job = || {
@@ -341,25 +339,20 @@ impl CpuPlan {
             while let Some((pi, rows)) = next_job() {
                 let p = &outputs[*pi];
                 let w = plan.graph.weight(p.weight);
-                let len = rows.len();
-                if scratch.out.len() < n * len {
-                    scratch.out.resize(n * len, 0.0);
-                }
                 let (_, act, pack) = &packs[pack_of[*pi]];
-                if let Err(e) = kernels.matmul_packed(w.ty, plan.weight_bytes(p.weight), k, rows.clone(), act, n, pack, &mut scratch.out[..n * len]) {
+                let (dst, width, _) = &outs[*pi];
+                // SAFETY: columns `rows` of this projection's output rows 0..n (a buffer of at
+                // least n rows of `width` floats) are written only by the thread holding this job.
+                let written = unsafe { kernels.matmul_packed_into(w.ty, plan.weight_bytes(p.weight), k, rows.clone(), act, n, pack, dst.ptr().add(rows.start), *width) };
+                if let Err(e) = written {
                     *err.lock() = Some(e);
                     return;
                 }
-                let bias = p.bias.map(|b| &plan.small(b)[rows.clone()]);
-                let (dst, width, _) = &outs[*pi];
-                for t in 0..n {
-                    // SAFETY: columns `rows` of row t of this projection's output are written only
-                    // by the thread that holds this job; the buffer has at least n rows of width.
-                    let out = unsafe { std::slice::from_raw_parts_mut(dst.ptr().add(t * width + rows.start), len) };
-                    let src = &scratch.out[t * len..(t + 1) * len];
-                    match bias {
-                        Some(b) => out.iter_mut().zip(src.iter().zip(b)).for_each(|(o, (s, b))| *o = s + b),
-                        None => out.copy_from_slice(src),
+                if let Some(b) = p.bias.map(|b| &plan.small(b)[rows.clone()]) {
+                    for t in 0..n {
+                        // SAFETY: as above: this job's columns of row t.
+                        let out = unsafe { std::slice::from_raw_parts_mut(dst.ptr().add(t * width + rows.start), rows.len()) };
+                        out.iter_mut().zip(b).for_each(|(o, b)| *o += b);
                     }
                 }
             }
