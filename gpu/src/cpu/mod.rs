@@ -486,7 +486,37 @@ impl ForwardPlan for CpuPlan {
 impl CpuPlan {
     fn run_ops(&mut self, ops: &[Op], b: &StepBatch<'_>, n: usize, n_out: usize) -> Result<(), DeviceError> {
         let hp = self.graph.hparams.clone();
-        for op in ops {
+        let mut next = 0;
+        while let Some(op) = ops.get(next) {
+            next += 1;
+            // A residual add and the norm of its sum (every layer, twice): one parallel pass, not
+            // a serial add on the calling thread and then a pass of its own. Same arithmetic.
+            if let (Op::Add { acc, other }, Some(Op::RmsNorm { input, weight, out })) = (op, ops.get(next)) {
+                if acc.0 == input.0 && other.0 != out.0 && acc.0 != out.0 {
+                    next += 1;
+                    let rows = self.rows_of(*acc, n, n_out);
+                    let d = self.graph.buffer(*acc).width;
+                    let mut x = std::mem::take(&mut self.bufs[acc.0 as usize]);
+                    let y = std::mem::take(&mut self.bufs[other.0 as usize]);
+                    let mut o = std::mem::take(&mut self.bufs[out.0 as usize]);
+                    let (sums, dst) = (SharedMut(x.as_mut_ptr()), SharedMut(o.as_mut_ptr()));
+                    let w = self.small(*weight);
+                    self.par_ranges(rows, ROW_OP_MIN_ROWS, |r| {
+                        for t in r {
+                            // SAFETY: row t of the sum and of the output (both buffers hold at
+                            // least `rows` rows of d floats) is written by the one thread whose
+                            // range holds t.
+                            let (xrow, orow) = unsafe { (std::slice::from_raw_parts_mut(sums.ptr().add(t * d), d), std::slice::from_raw_parts_mut(dst.ptr().add(t * d), d)) };
+                            xrow.iter_mut().zip(&y[t * d..(t + 1) * d]).for_each(|(a, b)| *a += b);
+                            ops::rms_norm(xrow, w, hp.rms_eps, orow);
+                        }
+                    });
+                    self.bufs[acc.0 as usize] = x;
+                    self.bufs[other.0 as usize] = y;
+                    self.bufs[out.0 as usize] = o;
+                    continue;
+                }
+            }
             match op {
                 Op::Embed { table, out } => {
                     let w = &self.weights[table.0 as usize].w;
