@@ -57,6 +57,66 @@ pub struct PackedActivations {
     n_tokens: usize,
     /// None where the kernels read the activations as given (scalar level, float weights).
     pack: Option<crate::pack::ActPack>,
+    q8_0_offset: i32,
+}
+
+impl PackedActivations {
+    /// A handle that repacks tokens into this pack, from one thread or several: see
+    /// [`ActivationPacker::pack_token`].
+    pub fn packer(&mut self) -> ActivationPacker<'_> {
+        let (weight, k, n_tokens, offset) = (self.weight, self.k, self.n_tokens, self.q8_0_offset);
+        let ptrs = self.pack.as_mut().map(|p| p.ptrs(weight, k, n_tokens, offset));
+        ActivationPacker { ptrs, row_bytes: activation_row_bytes(weight, k), n_tokens, _pack: std::marker::PhantomData }
+    }
+}
+
+/// Fills a [`PackedActivations`] made by [`Kernels::packed_activations`] token by token; may be
+/// shared between threads that pack different tokens.
+pub struct ActivationPacker<'a> {
+    ptrs: Option<crate::pack::ActPackPtrs>,
+    row_bytes: usize,
+    n_tokens: usize,
+    _pack: std::marker::PhantomData<&'a mut PackedActivations>,
+}
+
+impl ActivationPacker<'_> {
+    /// Repacks token `t`'s quantized activation row, as [`Kernels::quantize_activations`] wrote
+    /// it for the pack's weight type.
+    ///
+    /// # Errors
+    /// `t` beyond the pack's tokens, or a row of the wrong length.
+    ///
+    /// # Safety
+    /// No other thread may pack token `t` during the call (different tokens are fine).
+    pub unsafe fn pack_token(&self, t: usize, row: &[u8]) -> Result<(), QuantError> {
+        if t >= self.n_tokens {
+            return Err(QuantError::Length { what: "token index (tokens in the pack)", expected: self.n_tokens, got: t });
+        }
+        if row.len() != self.row_bytes {
+            return Err(QuantError::Length { what: "activation row bytes", expected: self.row_bytes, got: row.len() });
+        }
+        if let Some(p) = &self.ptrs {
+            // SAFETY: t and the row length were checked; the packer borrows the pack mutably, so
+            // nothing else touches it; the caller gives token t to this thread alone.
+            unsafe { p.fill_token(t, row) };
+        }
+        Ok(())
+    }
+}
+
+/// A supported weight type and a `k` that is a whole number of its blocks.
+fn check_product(weight: GgmlType, k: usize) -> Result<(), QuantError> {
+    if !matmul_supported(weight) {
+        return Err(QuantError::Unsupported { ty: weight, op: "matmul" });
+    }
+    let block = match weight {
+        GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => QK_K,
+        t => t.block_elems(),
+    };
+    if k == 0 || !k.is_multiple_of(block) {
+        return Err(QuantError::NotBlockMultiple { ty: weight, elems: k, block });
+    }
+    Ok(())
 }
 
 /// Weight types [`Kernels::matmul`] computes with.
@@ -183,16 +243,37 @@ impl Kernels {
         if arb == 0 || acts.len() != n_tokens * arb {
             return Err(QuantError::Length { what: "activation bytes", expected: n_tokens * arb, got: acts.len() });
         }
-        let offset = match self.level {
+        let offset = self.q8_0_offset();
+        let quantized = !matches!(weight, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16);
+        let pack = offset.filter(|_| quantized).map(|off| crate::pack::ActPack::new(weight, acts, k, n_tokens, off));
+        Ok(PackedActivations { weight, level: self.level, k, n_tokens, pack, q8_0_offset: offset.unwrap_or(0) })
+    }
+
+    /// An empty repack of `n_tokens` activation rows for weights of type `weight`, to be filled
+    /// token by token through [`PackedActivations::packer`] (from several threads if wanted, e.g.
+    /// each right after quantizing its tokens) before it is used; once every token is packed it
+    /// equals [`Kernels::pack_activations`]'s.
+    ///
+    /// # Errors
+    /// An unsupported weight type, or `k` not a whole number of its blocks.
+    pub fn packed_activations(&self, weight: GgmlType, k: usize, n_tokens: usize) -> Result<PackedActivations, QuantError> {
+        check_product(weight, k)?;
+        let offset = self.q8_0_offset();
+        let quantized = !matches!(weight, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16);
+        let pack = offset.filter(|_| quantized).map(|off| crate::pack::ActPack::zeroed(weight, k, n_tokens, off));
+        Ok(PackedActivations { weight, level: self.level, k, n_tokens, pack, q8_0_offset: offset.unwrap_or(0) })
+    }
+
+    /// What this level adds to Q8_0 weight bytes (see `ActPack::new`); None where the kernels
+    /// read activations unpacked.
+    fn q8_0_offset(&self) -> Option<i32> {
+        match self.level {
             #[cfg(target_arch = "x86_64")]
             SimdLevel::Avx512Vnni => Some(crate::avx512::Q8_0_OFFSET),
             #[cfg(target_arch = "x86_64")]
             SimdLevel::Avx2 => Some(crate::avx2::Q8_0_OFFSET),
             _ => None,
-        };
-        let quantized = !matches!(weight, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16);
-        let pack = offset.filter(|_| quantized).map(|off| crate::pack::ActPack::new(weight, acts, k, n_tokens, off));
-        Ok(PackedActivations { weight, level: self.level, k, n_tokens, pack })
+        }
     }
 
     /// [`Kernels::matmul`] with the activations repacked beforehand by
@@ -266,16 +347,7 @@ impl Kernels {
         out: *mut f32,
         out_stride: usize,
     ) -> Result<(), QuantError> {
-        if !matmul_supported(weight) {
-            return Err(QuantError::Unsupported { ty: weight, op: "matmul" });
-        }
-        let block = match weight {
-            GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => QK_K,
-            t => t.block_elems(),
-        };
-        if k == 0 || !k.is_multiple_of(block) {
-            return Err(QuantError::NotBlockMultiple { ty: weight, elems: k, block });
-        }
+        check_product(weight, k)?;
         let rb = weight.row_bytes(k as u64).unwrap_or(u64::MAX) as usize;
         if rows.start > rows.end || rows.end.checked_mul(rb).is_none_or(|n| n > weights.len()) {
             return Err(QuantError::RowsOutOfRange {

@@ -32,7 +32,7 @@ mod scalar;
 pub mod types;
 
 pub use ggml_float::AttnOrder;
-pub use kernels::{activation_row_bytes, Kernels, PackedActivations, SimdLevel};
+pub use kernels::{activation_row_bytes, ActivationPacker, Kernels, PackedActivations, SimdLevel};
 pub use reference::{dequantize, quantize};
 pub use types::GgmlType;
 

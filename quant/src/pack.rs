@@ -33,6 +33,29 @@ pub(crate) fn side_stride(nb: usize) -> usize {
     nb.div_ceil(16) * 16 + 16
 }
 
+/// Raw views of an [`ActPack`]'s buffers, for filling it token by token from several threads.
+#[derive(Clone, Copy)]
+pub(crate) struct ActPackPtrs {
+    qs: *mut u8,
+    d: *mut f32,
+    d_by_block: *mut f32,
+    v_by_block: *mut f32,
+    corr: *mut i32,
+    bsums: *mut i16,
+    stride: usize,
+    weight: GgmlType,
+    k: usize,
+    n_tokens: usize,
+    offset: i32,
+}
+
+// SAFETY: the pointers are only written through `ActPackPtrs::fill_token`, whose contract gives
+// each token's entries to one thread at a time; the pack they point into outlives their use (the
+// holder borrows it mutably).
+unsafe impl Send for ActPackPtrs {}
+// SAFETY: as above.
+unsafe impl Sync for ActPackPtrs {}
+
 impl ActPack {
     /// Repacks activations for weights of type `weight`.
     ///
@@ -41,56 +64,112 @@ impl ActPack {
     /// matching lane corrections. Q4_0 nibbles are used unsigned (offset 8); for Q4_1,
     /// `v_by_block` holds the Q8_1 blocks' `s`.
     pub(crate) fn new(weight: GgmlType, acts: &[u8], k: usize, n_tokens: usize, q8_0_offset: i32) -> ActPack {
+        let mut pack = ActPack::zeroed(weight, k, n_tokens, q8_0_offset);
+        let ptrs = pack.ptrs(weight, k, n_tokens, q8_0_offset);
+        let rb = ptrs.row_bytes();
+        for t in 0..n_tokens {
+            // SAFETY: t < n_tokens, one thread, and `pack` is not otherwise used meanwhile.
+            unsafe { ptrs.fill_token(t, &acts[t * rb..(t + 1) * rb]) };
+        }
+        pack
+    }
+
+    /// An all-zero pack of `n_tokens` tokens, to be filled through [`ActPack::ptrs`] (the
+    /// arguments as for [`ActPack::new`]).
+    pub(crate) fn zeroed(weight: GgmlType, k: usize, n_tokens: usize, q8_0_offset: i32) -> ActPack {
         let kblock = matches!(weight, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K);
         let nb = if kblock { k / QK_K } else { k / 32 };
         let stride = side_stride(nb);
-        let mut qs = vec![0u8; n_tokens * k + 64];
-        let mut d = vec![0f32; n_tokens * stride];
-        let mut d_by_block = vec![0f32; if kblock { 0 } else { nb * n_tokens }];
-        let mut v_by_block = vec![0f32; if weight == GgmlType::Q4_1 { nb * n_tokens + 4 } else { 0 }];
+        let offset_used = weight == GgmlType::Q4_0 || (weight == GgmlType::Q8_0 && q8_0_offset != 0);
+        ActPack {
+            qs: vec![0u8; n_tokens * k + 64],
+            d: vec![0f32; n_tokens * stride],
+            d_by_block: vec![0f32; if kblock { 0 } else { nb * n_tokens }],
+            v_by_block: vec![0f32; if weight == GgmlType::Q4_1 { nb * n_tokens + 4 } else { 0 }],
+            corr: vec![0i32; if offset_used { n_tokens * nb * 8 } else { 0 }],
+            bsums: vec![0i16; if kblock { n_tokens * nb * 16 } else { 0 }],
+            stride,
+        }
+    }
+
+    /// Raw views for [`ActPackPtrs::fill_token`]; the arguments must be the ones the pack was
+    /// made for by [`ActPack::zeroed`].
+    pub(crate) fn ptrs(&mut self, weight: GgmlType, k: usize, n_tokens: usize, q8_0_offset: i32) -> ActPackPtrs {
         let offset = match weight {
             GgmlType::Q4_0 => 8,
             GgmlType::Q8_0 => q8_0_offset,
             _ => 0,
         };
-        let mut corr = vec![0i32; if offset != 0 { n_tokens * nb * 8 } else { 0 }];
-        let mut bsums = vec![0i16; if kblock { n_tokens * nb * 16 } else { 0 }];
-        let (bb, qoff) = match weight {
+        ActPackPtrs {
+            qs: self.qs.as_mut_ptr(),
+            d: self.d.as_mut_ptr(),
+            d_by_block: self.d_by_block.as_mut_ptr(),
+            v_by_block: self.v_by_block.as_mut_ptr(),
+            corr: self.corr.as_mut_ptr(),
+            bsums: self.bsums.as_mut_ptr(),
+            stride: self.stride,
+            weight,
+            k,
+            n_tokens,
+            offset,
+        }
+    }
+}
+
+impl ActPackPtrs {
+    /// Bytes of one token's quantized activation row.
+    pub(crate) fn row_bytes(&self) -> usize {
+        crate::activation_row_bytes(self.weight, self.k)
+    }
+
+    /// Repacks token `t`'s quantized activation row (`row_bytes()` bytes).
+    ///
+    /// # Safety
+    /// `t < n_tokens`, `row.len() == row_bytes()`, the pack these pointers came from is alive and
+    /// not otherwise accessed, and no other thread fills token `t` at the same time (other tokens'
+    /// entries are disjoint from token `t`'s).
+    pub(crate) unsafe fn fill_token(&self, t: usize, row: &[u8]) {
+        let kblock = matches!(self.weight, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K);
+        let (k, n_tokens, stride) = (self.k, self.n_tokens, self.stride);
+        let nb = if kblock { k / QK_K } else { k / 32 };
+        let (bb, qoff) = match self.weight {
             GgmlType::Q4_1 => (36, 4),
             GgmlType::Q4_0 | GgmlType::Q8_0 => (34, 2),
             _ => (292, 4),
         };
         let be = if kblock { QK_K } else { 32 };
-        let row_bytes = nb * bb;
-        for t in 0..n_tokens {
-            let row = &acts[t * row_bytes..(t + 1) * row_bytes];
-            for b in 0..nb {
-                let blk = &row[b * bb..(b + 1) * bb];
-                let dst = &mut qs[t * k + b * be..t * k + (b + 1) * be];
-                dst.copy_from_slice(&blk[qoff..qoff + be]);
+        for b in 0..nb {
+            let blk = &row[b * bb..(b + 1) * bb];
+            let vals = &blk[qoff..qoff + be];
+            // SAFETY (every write below): token t's entries, inside the buffers `zeroed` sized
+            // for n_tokens tokens; the caller gives token t to this thread alone.
+            unsafe {
+                std::ptr::copy_nonoverlapping(vals.as_ptr(), self.qs.add(t * k + b * be), be);
                 if kblock {
-                    d[t * stride + b] = f32_at(blk, 0);
+                    *self.d.add(t * stride + b) = f32_at(blk, 0);
                     for i in 0..16 {
-                        bsums[(t * nb + b) * 16 + i] = i16::from_le_bytes([blk[260 + 2 * i], blk[261 + 2 * i]]);
+                        *self.bsums.add((t * nb + b) * 16 + i) = i16::from_le_bytes([blk[260 + 2 * i], blk[261 + 2 * i]]);
                     }
                 } else {
-                    d[t * stride + b] = f16_at(blk, 0);
-                    d_by_block[b * n_tokens + t] = d[t * stride + b];
-                    if weight == GgmlType::Q4_1 {
-                        v_by_block[b * n_tokens + t] = f16_at(blk, 2);
+                    let d = f16_at(blk, 0);
+                    *self.d.add(t * stride + b) = d;
+                    *self.d_by_block.add(b * n_tokens + t) = d;
+                    if self.weight == GgmlType::Q4_1 {
+                        *self.v_by_block.add(b * n_tokens + t) = f16_at(blk, 2);
                     }
-                    if offset != 0 {
-                        for (lane, vals) in dst.chunks_exact(4).enumerate() {
-                            let sum: i32 = vals.iter().map(|&q| q as i8 as i32).sum();
-                            corr[(t * nb + b) * 8 + lane] = -offset * sum;
+                    if self.offset != 0 {
+                        for (lane, four) in vals.chunks_exact(4).enumerate() {
+                            let sum: i32 = four.iter().map(|&q| q as i8 as i32).sum();
+                            *self.corr.add((t * nb + b) * 8 + lane) = -self.offset * sum;
                         }
                     }
                 }
             }
         }
-        ActPack { qs, d, d_by_block, v_by_block, corr, bsums, stride }
     }
+}
 
+impl ActPack {
     /// `packed` when the caller repacked beforehand, else a pack made now and kept in `slot`.
     pub(crate) fn given_or_new<'a>(packed: Option<&'a ActPack>, slot: &'a mut Option<ActPack>, weight: GgmlType, acts: &[u8], k: usize, n_tokens: usize, q8_0_offset: i32) -> &'a ActPack {
         match packed {

@@ -472,3 +472,59 @@ fn packed_activations_give_the_unpacked_bits() {
         }
     }
 }
+
+/// A pack filled token by token, from two threads in an awkward order, gives the bits of one made
+/// at once; writing straight into a wider output with a row stride gives the same bits in its
+/// columns and leaves the other columns alone; bad token indexes, row lengths and strides are
+/// errors.
+#[test]
+fn packs_filled_token_by_token_and_strided_outputs_give_the_same_bits() {
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    let mut rng = StdRng::seed_from_u64(37);
+    for ty in WEIGHT_TYPES {
+        let (k, nrows, n_tokens) = (512, 24, 7);
+        let c = make_case(&mut rng, ty, k, nrows, n_tokens);
+        let arb = activation_row_bytes(ty, k);
+        for kern in std::iter::once(scalar()).chain(simd_levels()) {
+            let whole = kern.pack_activations(ty, &c.a, k, n_tokens).unwrap();
+            let mut tokenwise = kern.packed_activations(ty, k, n_tokens).unwrap();
+            {
+                let packer = tokenwise.packer();
+                std::thread::scope(|s| {
+                    for half in [[6usize, 0, 4, 2], [1, 5, 3, usize::MAX]] {
+                        let (packer, a) = (&packer, &c.a);
+                        s.spawn(move || {
+                            for t in half.into_iter().filter(|&t| t < n_tokens) {
+                                // SAFETY: the two threads pack disjoint tokens.
+                                unsafe { packer.pack_token(t, &a[t * arb..(t + 1) * arb]) }.unwrap();
+                            }
+                        });
+                    }
+                });
+                // SAFETY: one thread.
+                unsafe {
+                    assert!(packer.pack_token(n_tokens, &c.a[..arb]).is_err(), "token index past the pack");
+                    assert!(packer.pack_token(0, &c.a[..arb - 1]).is_err(), "short row");
+                }
+            }
+            let rows = 5..19;
+            let mut want = vec![0f32; n_tokens * rows.len()];
+            kern.matmul_packed(ty, &c.w, k, rows.clone(), &c.a, n_tokens, &whole, &mut want).unwrap();
+            let mut got = vec![0f32; n_tokens * rows.len()];
+            kern.matmul_packed(ty, &c.w, k, rows.clone(), &c.a, n_tokens, &tokenwise, &mut got).unwrap();
+            assert_eq!(bits(&got), bits(&want), "{:?} {ty}: token-by-token pack", kern.level());
+            // Straight into columns 3.. of a 30-wide output.
+            let width = 30;
+            let mut wide = vec![-7.0f32; n_tokens * width];
+            // SAFETY: the writes land in `wide` (columns 3..3 + rows.len() of n_tokens rows).
+            unsafe { kern.matmul_packed_into(ty, &c.w, k, rows.clone(), &c.a, n_tokens, &tokenwise, wide.as_mut_ptr().add(3), width) }.unwrap();
+            for t in 0..n_tokens {
+                let row = &wide[t * width..(t + 1) * width];
+                assert_eq!(bits(&row[3..3 + rows.len()]), bits(&want[t * rows.len()..(t + 1) * rows.len()]), "{:?} {ty}: strided", kern.level());
+                assert!(row[..3].iter().chain(&row[3 + rows.len()..]).all(|&x| x == -7.0), "{:?} {ty}: other columns", kern.level());
+            }
+            // SAFETY: refused before any write.
+            assert!(unsafe { kern.matmul_packed_into(ty, &c.w, k, rows.clone(), &c.a, n_tokens, &tokenwise, wide.as_mut_ptr(), rows.len() - 1) }.is_err(), "stride below the row count");
+        }
+    }
+}

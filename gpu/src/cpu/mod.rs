@@ -237,54 +237,66 @@ impl CpuPlan {
         self.broadcast(|i, t| f(n * i / t..n * (i + 1) / t));
     }
 
+    /// Quantizes `n` rows of `x` once per activation type the projections need (into `acts`) and
+    /// repacks them once per weight type, in one parallel pass over the tokens: each thread packs
+    /// the tokens it quantized. Returns the packs and each projection's pack.
+    #[allow(clippy::type_complexity)]
+    fn quantize_and_pack(&self, x: &[f32], acts: &mut [(GgmlType, Vec<u8>)], outputs: &[Projection], n: usize, k: usize) -> Result<(Vec<(GgmlType, strata_quant::PackedActivations)>, Vec<usize>), strata_quant::QuantError> {
+        let mut packs: Vec<(GgmlType, strata_quant::PackedActivations)> = Vec::new();
+        let mut pack_of = Vec::with_capacity(outputs.len());
+        for p in outputs {
+            let ty = self.graph.weight(p.weight).ty;
+            if let Some(i) = packs.iter().position(|(t, _)| *t == ty) {
+                pack_of.push(i);
+                continue;
+            }
+            pack_of.push(packs.len());
+            packs.push((ty, self.kernels.packed_activations(ty, k, n)?));
+        }
+        // Per activation type: its buffer, the row bytes, and the packers that read it.
+        let mut targets = Vec::new();
+        for (at, buf) in acts.iter_mut() {
+            let Some(wty) = packs.iter().map(|(t, _)| *t).find(|t| Kernels::activation_type(*t) == *at) else {
+                continue;
+            };
+            targets.push((wty, *at, SharedMut(buf.as_mut_ptr()), strata_quant::activation_row_bytes(wty, k)));
+        }
+        let packers: Vec<(GgmlType, strata_quant::ActivationPacker<'_>)> = packs.iter_mut().map(|(ty, p)| (Kernels::activation_type(*ty), p.packer())).collect();
+        let kernels = self.kernels;
+        let err = Mutex::new(None);
+        self.par_ranges(n, ROW_OP_MIN_ROWS, |rows| {
+            for t in rows {
+                for (wty, at, dst, rb) in &targets {
+                    // SAFETY: row t of the activation buffer (rb bytes at t*rb, inside the buffer
+                    // sized for max_batch_tokens rows) is written by exactly one thread, which
+                    // then reads it back below.
+                    let row = unsafe { std::slice::from_raw_parts_mut(dst.ptr().add(t * rb), *rb) };
+                    let packed = kernels.quantize_activations(*wty, &x[t * k..(t + 1) * k], row).and_then(|()| {
+                        packers.iter().filter(|(a, _)| a == at).try_for_each(|(_, packer)| {
+                            // SAFETY: token t is in this thread's range alone.
+                            unsafe { packer.pack_token(t, row) }
+                        })
+                    });
+                    if let Err(e) = packed {
+                        *err.lock() = Some(e);
+                    }
+                }
+            }
+        });
+        drop(packers);
+        match err.into_inner() {
+            Some(e) => Err(e),
+            None => Ok((packs, pack_of)),
+        }
+    }
+
     fn matmul(&mut self, input: BufId, outputs: &[Projection], n_tokens: usize, n_outputs: usize) -> Result<(), DeviceError> {
         let n = self.rows_of(input, n_tokens, n_outputs);
         let k = self.graph.buffer(input).width;
         let x = std::mem::take(&mut self.bufs[input.0 as usize]);
-        // Quantize the input once per activation type the projections need.
         let mut acts = std::mem::take(&mut self.acts);
-        for (at, buf) in acts.iter_mut() {
-            let Some(wty) = outputs.iter().map(|p| self.graph.weight(p.weight).ty).find(|t| Kernels::activation_type(*t) == *at) else {
-                continue;
-            };
-            let rb = strata_quant::activation_row_bytes(wty, k);
-            let kernels = self.kernels;
-            let dst = SharedMut(buf.as_mut_ptr());
-            let err = Mutex::new(None);
-            self.par_ranges(n, ROW_OP_MIN_ROWS, |rows| {
-                for t in rows {
-                    // SAFETY: row t of the activation buffer (rb bytes at t*rb, inside the buffer
-                    // sized for max_batch_tokens rows) is written by exactly one thread.
-                    let out = unsafe { std::slice::from_raw_parts_mut(dst.ptr().add(t * rb), rb) };
-                    if let Err(e) = kernels.quantize_activations(wty, &x[t * k..(t + 1) * k], out) {
-                        *err.lock() = Some(e);
-                    }
-                }
-            });
-            if let Some(e) = err.into_inner() {
-                self.acts = acts;
-                self.bufs[input.0 as usize] = x;
-                return Err(e.into());
-            }
-        }
-        // Repack the activations once per weight type for all the row blocks below.
-        let packed = (|| -> Result<_, strata_quant::QuantError> {
-            let mut packs: Vec<(GgmlType, &[u8], strata_quant::PackedActivations)> = Vec::new();
-            let mut pack_of = Vec::with_capacity(outputs.len());
-            for p in outputs {
-                let ty = self.graph.weight(p.weight).ty;
-                if let Some(i) = packs.iter().position(|(t, ..)| *t == ty) {
-                    pack_of.push(i);
-                    continue;
-                }
-                pack_of.push(packs.len());
-                let arb = strata_quant::activation_row_bytes(ty, k);
-                let act = acts.iter().find(|(t, _)| *t == Kernels::activation_type(ty)).map(|(_, b)| &b[..n * arb]).unwrap_or(&[]);
-                packs.push((ty, act, self.kernels.pack_activations(ty, act, k, n)?));
-            }
-            Ok((packs, pack_of))
-        })();
-        let (packs, pack_of) = match packed {
+        let prepared = self.quantize_and_pack(&x, &mut acts, outputs, n, k);
+        let (packs, pack_of) = match prepared {
             Ok(p) => p,
             Err(e) => {
                 self.acts = acts;
@@ -292,6 +304,14 @@ impl CpuPlan {
                 return Err(e.into());
             }
         };
+        let packs: Vec<(&[u8], strata_quant::PackedActivations)> = packs
+            .into_iter()
+            .map(|(ty, pack)| {
+                let arb = strata_quant::activation_row_bytes(ty, k);
+                let act = acts.iter().find(|(t, _)| *t == Kernels::activation_type(ty)).map(|(_, b)| &b[..n * arb]).unwrap_or(&[]);
+                (act, pack)
+            })
+            .collect();
         // Units of work: blocks of rows of each projection, dealt to threads round-robin.
         let mut jobs: Vec<(usize, Range<usize>)> = Vec::new();
         for (pi, p) in outputs.iter().enumerate() {
@@ -339,7 +359,7 @@ impl CpuPlan {
             while let Some((pi, rows)) = next_job() {
                 let p = &outputs[*pi];
                 let w = plan.graph.weight(p.weight);
-                let (_, act, pack) = &packs[pack_of[*pi]];
+                let (act, pack) = &packs[pack_of[*pi]];
                 let (dst, width, _) = &outs[*pi];
                 // SAFETY: columns `rows` of this projection's output rows 0..n (a buffer of at
                 // least n rows of `width` floats) are written only by the thread holding this job.
