@@ -188,8 +188,8 @@ const SCALE_CHUNK: usize = 32;
 /// float lanes, each adding `d_w * d_a * (integer sum of its 4 products)` block after block with
 /// one FMA, summed by `hsum_float_8`; Q4_1 adds its `m * s` terms on a chain of their own. Up to
 /// 8 tokens (`TT8`) share each decoded weight block: a tile of more than 4 tokens runs as passes
-/// of at most 16 (row, token) accumulators. Every (row, token) sees the same arithmetic whatever R and T are
-/// (batch invariance).
+/// of at most 16 (row, token) accumulators. Every (row, token) sees the same arithmetic whatever
+/// R and T are (batch invariance).
 /// # Safety
 /// The CPU must have the features in this function's `target_feature` attribute, and
 /// every pointer must be valid for the reads and writes its arguments describe.
