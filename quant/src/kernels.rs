@@ -243,10 +243,13 @@ impl Kernels {
         if arb == 0 || acts.len() != n_tokens * arb {
             return Err(QuantError::Length { what: "activation bytes", expected: n_tokens * arb, got: acts.len() });
         }
-        let offset = self.q8_0_offset();
-        let quantized = !matches!(weight, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16);
-        let pack = offset.filter(|_| quantized).map(|off| crate::pack::ActPack::new(weight, acts, k, n_tokens, off));
-        Ok(PackedActivations { weight, level: self.level, k, n_tokens, pack, q8_0_offset: offset.unwrap_or(0) })
+        let mut packed = self.packed_activations(weight, k, n_tokens)?;
+        let packer = packed.packer();
+        for (t, row) in acts.chunks_exact(arb).enumerate() {
+            // SAFETY: one thread packs every token.
+            unsafe { packer.pack_token(t, row) }?;
+        }
+        Ok(packed)
     }
 
     /// An empty repack of `n_tokens` activation rows for weights of type `weight`, to be filled
