@@ -267,6 +267,21 @@ impl Kernels {
         Ok(PackedActivations { weight, level: self.level, k, n_tokens, pack, q8_0_offset: offset.unwrap_or(0) })
     }
 
+    /// [`Kernels::packed_activations`], taking a pack made earlier for the same arguments out of
+    /// `spare` when there is one instead of allocating (and zeroing) a new one: packing a token
+    /// rewrites every entry of that token, and the padding past the last block stays zero, so a
+    /// spare pack, once every token is packed again, equals a new one.
+    ///
+    /// # Errors
+    /// As [`Kernels::packed_activations`].
+    pub fn reuse_packed_activations(&self, spare: &mut Vec<PackedActivations>, weight: GgmlType, k: usize, n_tokens: usize) -> Result<PackedActivations, QuantError> {
+        let fits = |p: &PackedActivations| p.weight == weight && p.level == self.level && p.k == k && p.n_tokens == n_tokens;
+        match spare.iter().position(fits) {
+            Some(i) => Ok(spare.swap_remove(i)),
+            None => self.packed_activations(weight, k, n_tokens),
+        }
+    }
+
     /// What this level adds to Q8_0 weight bytes (see `ActPack::new`); None where the kernels
     /// read activations unpacked.
     fn q8_0_offset(&self) -> Option<i32> {

@@ -528,3 +528,39 @@ fn packs_filled_token_by_token_and_strided_outputs_give_the_same_bits() {
         }
     }
 }
+
+/// A spare pack, repacked with other activations, gives the bits of a new pack of them; only a
+/// pack made for the same weight type, width and token count is taken from the spares.
+#[test]
+fn reused_packs_give_the_bits_of_new_ones() {
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    let mut rng = StdRng::seed_from_u64(41);
+    for ty in WEIGHT_TYPES {
+        let (k, nrows, n_tokens) = (512, 20, 8);
+        let first = make_case(&mut rng, ty, k, nrows, n_tokens);
+        let second = make_case(&mut rng, ty, k, nrows, n_tokens);
+        let arb = activation_row_bytes(ty, k);
+        for kern in std::iter::once(scalar()).chain(simd_levels()) {
+            let mut spare = vec![kern.pack_activations(ty, &first.a, k, n_tokens).unwrap()];
+            // Other token counts and widths stay in the spares.
+            let other = kern.reuse_packed_activations(&mut spare, ty, k, n_tokens - 1).unwrap();
+            let wider = kern.reuse_packed_activations(&mut spare, ty, 2 * k, n_tokens).unwrap();
+            assert_eq!(spare.len(), 1, "{:?} {ty}: a pack of another shape was taken", kern.level());
+            spare.extend([other, wider]);
+            let mut reused = kern.reuse_packed_activations(&mut spare, ty, k, n_tokens).unwrap();
+            assert_eq!(spare.len(), 2, "{:?} {ty}: the fitting spare was not taken", kern.level());
+            {
+                let packer = reused.packer();
+                for t in (0..n_tokens).rev() {
+                    // SAFETY: one thread.
+                    unsafe { packer.pack_token(t, &second.a[t * arb..(t + 1) * arb]) }.unwrap();
+                }
+            }
+            let mut want = vec![0f32; n_tokens * nrows];
+            kern.matmul(ty, &first.w, k, 0..nrows, &second.a, n_tokens, &mut want).unwrap();
+            let mut got = vec![0f32; n_tokens * nrows];
+            kern.matmul_packed(ty, &first.w, k, 0..nrows, &second.a, n_tokens, &reused, &mut got).unwrap();
+            assert_eq!(bits(&got), bits(&want), "{:?} {ty}: reused pack", kern.level());
+        }
+    }
+}

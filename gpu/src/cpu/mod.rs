@@ -90,6 +90,8 @@ pub struct CpuPlan {
     bufs: Vec<Vec<f32>>,
     /// Quantized activations, one buffer per activation type.
     acts: Vec<(GgmlType, Vec<u8>)>,
+    /// Activation packs of earlier products, reused by later ones of the same shape.
+    spare_packs: Vec<strata_quant::PackedActivations>,
     scratch: Vec<Mutex<Scratch>>,
     rope_cos: Vec<f32>,
     rope_sin: Vec<f32>,
@@ -99,11 +101,17 @@ pub struct CpuPlan {
 /// Rows per unit of matmul work: small enough to balance threads, large enough for the kernels'
 /// tiles.
 const MATMUL_BLOCK_ROWS: usize = 64;
+/// Steps of at most this many tokens compute a claimed run of row blocks in one kernel call
+/// (the kernels stream a call's rows once per 64 tokens).
+const MERGE_MAX_TOKENS: usize = 64;
 /// Rows per thread at least before a per-row op (RMSNorm, RoPE, the K/V store, activation
 /// quantization) is shared out: the workers spin between jobs, so handing out a few rows costs
 /// well under a microsecond, while leaving them on the calling thread idles every other core
 /// (about a seventh of a batched decode step on two cores, measured with perf).
 const ROW_OP_MIN_ROWS: usize = 2;
+/// Activation packs kept for reuse between products (a few per step shape: one per weight type
+/// and input width, for the step's tokens and for its output rows).
+const SPARE_PACKS: usize = 8;
 
 impl CpuPlan {
     /// Compiles `graph` for the CPU, reading weights from `file` and K/V from `kv`.
@@ -181,6 +189,7 @@ impl CpuPlan {
             weights,
             bufs,
             acts,
+            spare_packs: Vec::new(),
             scratch,
             opts,
         })
@@ -241,7 +250,7 @@ impl CpuPlan {
     /// repacks them once per weight type, in one parallel pass over the tokens: each thread packs
     /// the tokens it quantized. Returns the packs and each projection's pack.
     #[allow(clippy::type_complexity)]
-    fn quantize_and_pack(&self, x: &[f32], acts: &mut [(GgmlType, Vec<u8>)], outputs: &[Projection], n: usize, k: usize) -> Result<(Vec<(GgmlType, strata_quant::PackedActivations)>, Vec<usize>), strata_quant::QuantError> {
+    fn quantize_and_pack(&self, x: &[f32], acts: &mut [(GgmlType, Vec<u8>)], spare: &mut Vec<strata_quant::PackedActivations>, outputs: &[Projection], n: usize, k: usize) -> Result<(Vec<(GgmlType, strata_quant::PackedActivations)>, Vec<usize>), strata_quant::QuantError> {
         let mut packs: Vec<(GgmlType, strata_quant::PackedActivations)> = Vec::new();
         let mut pack_of = Vec::with_capacity(outputs.len());
         for p in outputs {
@@ -251,7 +260,7 @@ impl CpuPlan {
                 continue;
             }
             pack_of.push(packs.len());
-            packs.push((ty, self.kernels.packed_activations(ty, k, n)?));
+            packs.push((ty, self.kernels.reuse_packed_activations(spare, ty, k, n)?));
         }
         // Per activation type: its buffer, the row bytes, and the packers that read it.
         let mut targets = Vec::new();
@@ -295,10 +304,12 @@ impl CpuPlan {
         let k = self.graph.buffer(input).width;
         let x = std::mem::take(&mut self.bufs[input.0 as usize]);
         let mut acts = std::mem::take(&mut self.acts);
-        let prepared = self.quantize_and_pack(&x, &mut acts, outputs, n, k);
+        let mut spare = std::mem::take(&mut self.spare_packs);
+        let prepared = self.quantize_and_pack(&x, &mut acts, &mut spare, outputs, n, k);
         let (packs, pack_of) = match prepared {
             Ok(p) => p,
             Err(e) => {
+                self.spare_packs = spare;
                 self.acts = acts;
                 self.bufs[input.0 as usize] = x;
                 return Err(e.into());
@@ -314,6 +325,10 @@ impl CpuPlan {
             .collect();
         // Units of work: blocks of rows of each projection, dealt to threads round-robin.
         let mut jobs: Vec<(usize, Range<usize>)> = Vec::new();
+        // Up to one cache block of tokens (the kernels' TB) a call's rows are streamed once
+        // whatever their number, so a claimed run of blocks can be one call; prefill keeps
+        // blocks small enough for each to stay in cache across the token blocks.
+        let merge_claims = n > 4 && n <= MERGE_MAX_TOKENS;
         for (pi, p) in outputs.iter().enumerate() {
             let rows = self.graph.weight(p.weight).rows;
             // Decoding streams the weights once: one contiguous share per thread keeps the
@@ -321,7 +336,16 @@ impl CpuPlan {
             // Batched steps: blocks small enough that each thread gets several, handed out as
             // threads come free (below), so a thread the OS preempts or a projection that does
             // not divide evenly leaves no core idle.
-            let block = if n <= 4 { rows.div_ceil(self.threads).next_multiple_of(16) } else { rows.div_ceil(8 * self.threads).next_multiple_of(16).clamp(16, MATMUL_BLOCK_ROWS) };
+            // Batched decode (one cache block of tokens): blocks of 16 rows, consecutive claimed
+            // blocks computed by one call (below), so the last claims are short and the
+            // threads finish together.
+            let block = if n <= 4 {
+                rows.div_ceil(self.threads).next_multiple_of(16)
+            } else if merge_claims {
+                16
+            } else {
+                rows.div_ceil(8 * self.threads).next_multiple_of(16).clamp(16, MATMUL_BLOCK_ROWS)
+            };
             let mut r = 0;
             while r < rows {
                 let end = (r + block).min(rows);
@@ -347,16 +371,22 @@ impl CpuPlan {
         plan.broadcast(|ti, nt| {
             let mut mine = jobs.iter().skip(ti).step_by(nt);
             let mut claimed = 0..0;
-            let mut next_job = || {
+            let mut next_job = || -> Option<(usize, Range<usize>)> {
                 if !claim_dynamically {
-                    return mine.next();
+                    return mine.next().cloned();
                 }
                 if claimed.is_empty() {
                     claimed = queue.claim()?;
                 }
-                claimed.next().map(|j| &jobs[j])
+                let (pi, mut rows) = jobs[claimed.next()?].clone();
+                while merge_claims && claimed.start < claimed.end && jobs[claimed.start].0 == pi && jobs[claimed.start].1.start == rows.end {
+                    rows.end = jobs[claimed.start].1.end;
+                    claimed.start += 1;
+                }
+                Some((pi, rows))
             };
             while let Some((pi, rows)) = next_job() {
+                let (pi, rows) = (&pi, &rows);
                 let p = &outputs[*pi];
                 let w = plan.graph.weight(p.weight);
                 let (act, pack) = &packs[pack_of[*pi]];
@@ -380,6 +410,12 @@ impl CpuPlan {
         for (id, buf) in taken {
             self.bufs[id.0 as usize] = buf;
         }
+        // The packs serve the next products of the same shape (a step's layers, the next step).
+        spare.extend(packs.into_iter().map(|(_, pack)| pack));
+        if spare.len() > SPARE_PACKS {
+            spare.drain(..spare.len() - SPARE_PACKS);
+        }
+        self.spare_packs = spare;
         self.acts = acts;
         self.bufs[input.0 as usize] = x;
         match err.into_inner() {
