@@ -9,7 +9,8 @@ with --url), with streaming /v1/completions and greedy sampling (temperature 0, 
    the wall time from the first request to the last end ("aggregate"), and the decode rate while all
    streams are generating (token chunks between the last stream's first token and the first
    stream's end, over that window: "steady").
-   Each measured --reps times (1 and 8 alternating); the median is reported.
+   Each measured --reps times (1 and 8 alternating); the median is reported, and the median of
+   the ratios of each 8-stream run to the 1-stream run just before it (robust to drift).
 2. Time to first token of a 512-token prompt (token ids, unique from its first token, so no prefix
    cache can serve it) on an idle server, and while 7 other streams decode; the ratio; and the 7
    streams' worst inter-token gap while that prompt is prefilled (any gap overlapping the time from
@@ -230,6 +231,11 @@ def run_suite(url, gen, reps, tag):
     out["eight_streams"] = {"aggregate_tps": med(eights, "aggregate_tps"), "steady_tps": med(eights, "steady_tps")}
     out["scaling_aggregate"] = out["eight_streams"]["aggregate_tps"] / out["one_stream"]["aggregate_tps"]
     out["scaling_steady"] = out["eight_streams"]["steady_tps"] / out["one_stream"]["steady_tps"]
+    # Each 8-stream run against the 1-stream run just before it: the machine's speed drifts over
+    # minutes (the bandwidth-bound single stream and the compute-bound batch differently), and a
+    # pair measured seconds apart shares its phase.
+    out["scaling_paired"] = statistics.median(e["aggregate_tps"] / o["aggregate_tps"] for o, e in zip(ones, eights))
+    out["scaling_paired_steady"] = statistics.median(e["steady_tps"] / o["steady_tps"] for o, e in zip(ones, eights))
     # TTFT: idle and loaded alternate, each prompt fresh
     idle, loaded = [], []
     for i in range(reps):
@@ -306,6 +312,7 @@ def fmt_table(results):
         ("1 stream, generated t/s (aggregate / steady)", lambda r: f"{r['one_stream']['aggregate_tps']:.1f} / {r['one_stream']['steady_tps']:.1f}"),
         ("8 streams, generated t/s (aggregate / steady)", lambda r: f"{r['eight_streams']['aggregate_tps']:.1f} / {r['eight_streams']['steady_tps']:.1f}"),
         ("8 vs 1 (aggregate / steady)", lambda r: f"{r['scaling_aggregate']:.2f}x / {r['scaling_steady']:.2f}x"),
+        ("8 vs 1, median of adjacent pairs (aggregate / steady)", lambda r: f"{r['scaling_paired']:.2f}x / {r['scaling_paired_steady']:.2f}x"),
         ("TTFT 512-token prompt, idle (ms)", lambda r: ms(r["ttft_idle_median_s"])),
         ("TTFT 512-token prompt, 7 streams decoding (ms)", lambda r: ms(r["ttft_loaded_median_s"])),
         ("TTFT loaded vs idle", lambda r: f"{r['ttft_ratio']:.2f}x"),
