@@ -41,7 +41,9 @@ fn a_shared_prefix_is_reused_and_changes_nothing() {
     assert_eq!(reused_first, 0);
     let (with_reuse, reused) = greedy(&mut e, &second, 24);
     assert!(reused > 0, "no prompt tokens were reused");
-    assert_eq!(reused, shared / 16 * 16, "reuse is in whole blocks of the shared prefix");
+    // Whole blocks of the shared prefix, and a cached tail's tokens where the first request's
+    // last block continues it.
+    assert!(reused >= shared / 16 * 16 && reused <= shared, "reused {reused} of a {shared}-token shared prefix");
     assert_eq!(with_reuse, alone, "reusing {reused} cached tokens changed the greedy output");
 
     let st = e.kv().stats().expect("broker alive");

@@ -19,20 +19,28 @@
 //!   *pinned* by one or more running sequences that reuse it (its reference count is exactly the
 //!   number of block tables that contain it).
 //!
+//! * **Cached tail** (also [`Owner::CachedPrefix`], always idle): the partial last block of a
+//!   finished sequence, kept under the chain key of the blocks before it. It is never shared: the
+//!   first sequence whose prompt repeats some of its tokens takes it over as its own block.
+//!
 //! A sequence's table is `[shared cached-prefix blocks..., own blocks...]`. Only whole, full
 //! blocks are ever shared, and a sequence never writes below its reused length, so shared
-//! blocks need no copy-on-write.
+//! blocks need no copy-on-write; a taken-over tail is owned, and the sequence writes its cells
+//! from its reused length on (the stale cells after it are never read before being written).
 //!
 //! # Prefix reuse
 //!
 //! [`KvArena::start_sequence`] looks up the longest run of cached blocks matching the prompt,
-//! block by block, but never covers the whole prompt: at least one prompt token is always left
-//! to compute, since its logits are needed. Reuse is in whole blocks only.
+//! block by block, then a cached tail continuing that run, but never covers the whole prompt: at
+//! least one prompt token is always left to compute, since its logits are needed (two after a
+//! tail: see `match_tail`). Reuse is in whole shared blocks plus, from a tail, the tokens the
+//! prompt repeats, so a repeated prompt reuses all but its last two tokens.
 //!
 //! Block keys are SHA-256 chains (`key_i = H(key_{i-1}, tokens of block i)`), like vLLM's prefix
 //! caching; the cached block also keeps its token ids, which are compared on lookup. When a
 //! sequence finishes, its full own blocks enter the cache (a block whose key is already cached
-//! is freed instead, and the existing one is refreshed) and its partial last block is freed.
+//! is freed instead, and the existing one is refreshed) and its partial last block becomes a
+//! cached tail (freed if an equal tail is kept already).
 //! Idle cached blocks are released in reverse table order, so the tail of a chain is evicted
 //! before its head. A cancelled (or failed, or timed-out) sequence caches nothing: its cells may
 //! be half-written.
@@ -170,11 +178,14 @@ pub enum KvError {
 /// What [`KvArena::start_sequence`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SeqStart {
-    /// Prompt tokens taken from the prefix cache (a multiple of the block size, less than the
-    /// prompt length); the sequence's length starts here.
+    /// Prompt tokens taken from the prefix cache (less than the prompt length): the shared
+    /// blocks' plus `tail_tokens`; the sequence's length starts here.
     pub reused_tokens: usize,
     /// Cached blocks now shared by the sequence.
     pub reused_blocks: usize,
+    /// Tokens reused from a cached tail the sequence took over as its own block (0 if none;
+    /// less than the block size).
+    pub tail_tokens: usize,
 }
 
 /// What [`KvArena::reserve`] did.
@@ -193,8 +204,11 @@ pub struct Finished {
     pub cached_blocks: usize,
     /// Own full blocks freed because an equal prefix was already cached.
     pub duplicate_blocks: usize,
-    /// Own blocks freed (the partial last block, and reserved blocks never written).
+    /// Own blocks freed (reserved blocks never written, and a partial last block equal to a
+    /// cached tail already kept).
     pub freed_blocks: usize,
+    /// The partial last block kept as a cached tail (0 or 1).
+    pub tail_blocks: usize,
     /// Shared prefix blocks released (their reference count dropped by one).
     pub released_shared: usize,
 }
@@ -267,11 +281,25 @@ struct CachedBlock {
     lru_tick: Option<u64>,
 }
 
+/// A finished sequence's partial last block (see the module docs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct TailBlock {
+    /// Chain key of the blocks before it (`None` at depth 0): its key in `KvArena::tails`.
+    parent: Option<PrefixKey>,
+    /// Index of the block in its sequence's table.
+    depth: usize,
+    /// Its committed tokens: at least one, fewer than a block.
+    tokens: Box<[u32]>,
+    /// Its key in the LRU map (tails are always idle).
+    lru_tick: u64,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum BlockState {
     Free,
     Owned { seq: SeqId },
     Cached(CachedBlock),
+    Tail(TailBlock),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -330,6 +358,8 @@ pub struct KvArena {
     /// Idle cached blocks by release tick: first = least recently used.
     lru: BTreeMap<u64, BlockId>,
     prefix: HashMap<PrefixKey, BlockId>,
+    /// Cached tails by the chain key of the blocks before them.
+    tails: HashMap<Option<PrefixKey>, Vec<BlockId>>,
     seqs: HashMap<SeqId, Seq>,
     tick: u64,
     n_prefill: usize,
@@ -356,6 +386,7 @@ impl KvArena {
             free: (0..n_blocks).rev().map(BlockId).collect(),
             lru: BTreeMap::new(),
             prefix: HashMap::new(),
+            tails: HashMap::new(),
             seqs: HashMap::new(),
             tick: 0,
             n_prefill: 0,
@@ -406,8 +437,9 @@ impl KvArena {
         }
     }
 
-    /// Cached blocks matching the prompt, in whole blocks, leaving at least one token.
-    fn match_prefix(&self, prompt: &[u32]) -> Vec<BlockId> {
+    /// Cached blocks matching the prompt, in whole blocks, leaving at least one token, and the
+    /// chain key of the last one.
+    fn match_prefix(&self, prompt: &[u32]) -> (Vec<BlockId>, Option<PrefixKey>) {
         let bs = self.bs();
         let max_blocks = prompt.len().saturating_sub(1) / bs;
         let mut out = Vec::new();
@@ -424,17 +456,60 @@ impl KvArena {
             }
             parent = Some(key);
         }
-        out
+        (out, parent)
+    }
+
+    /// The cached tail that continues `prompt` after its first `k` blocks (chain key `parent`):
+    /// the one repeating most of the prompt's next tokens, as (block, tokens), leaving at least
+    /// two prompt tokens to compute: a step with one token of a sequence sums its attention in
+    /// another order than a step with several (ggml's), so the prompt's last tokens are then
+    /// computed as a fresh prefill computes them.
+    fn match_tail(&self, parent: Option<PrefixKey>, k: usize, prompt: &[u32]) -> Option<(BlockId, usize)> {
+        let rest = prompt.get(k * self.bs()..)?;
+        let limit = rest.len().saturating_sub(2);
+        let mut best: Option<(BlockId, usize)> = None;
+        for &b in self.tails.get(&parent)? {
+            let BlockState::Tail(t) = &self.blocks[b.index()] else {
+                continue;
+            };
+            if t.depth != k {
+                continue;
+            }
+            let m = t.tokens.iter().zip(rest).take_while(|(a, b)| a == b).count().min(limit);
+            if m > 0 && best.is_none_or(|(_, bm)| m > bm) {
+                best = Some((b, m));
+            }
+        }
+        best
     }
 
     /// Prompt tokens [`Self::start_sequence`] would reuse now (no state change).
     pub fn lookup_prefix(&self, prompt: &[u32]) -> usize {
-        self.match_prefix(prompt).len() * self.bs()
+        let (shared, parent) = self.match_prefix(prompt);
+        let tail = self.match_tail(parent, shared.len(), prompt).map_or(0, |(_, m)| m);
+        shared.len() * self.bs() + tail
+    }
+
+    /// Takes cached tail `b` out of the cache (its tails entry and its LRU entry).
+    fn take_tail(&mut self, b: BlockId) {
+        let state = std::mem::replace(&mut self.blocks[b.index()], BlockState::Free);
+        let BlockState::Tail(t) = state else {
+            unreachable!("only tails are taken")
+        };
+        self.lru.remove(&t.lru_tick);
+        if let Some(v) = self.tails.get_mut(&t.parent) {
+            v.retain(|&x| x != b);
+            if v.is_empty() {
+                self.tails.remove(&t.parent);
+            }
+        }
+        self.n_cached -= 1;
     }
 
     /// Start sequence `seq` owned by `owner` (`Prefill` or `Decode`): share the longest cached
-    /// prefix of `prompt` (whole blocks, never the whole prompt) and set the sequence's length
-    /// to the reused tokens. Allocates nothing else: call [`Self::reserve`] for the rest.
+    /// prefix of `prompt` (whole blocks), take over the cached tail that continues it furthest
+    /// (never reaching the prompt's last token), and set the sequence's length to the reused
+    /// tokens. Allocates nothing else: call [`Self::reserve`] for the rest.
     pub fn start_sequence(
         &mut self,
         seq: SeqId,
@@ -447,7 +522,8 @@ impl KvArena {
         if self.seqs.contains_key(&seq) {
             return Err(KvError::SequenceExists(seq));
         }
-        let shared = self.match_prefix(prompt);
+        let (shared, parent) = self.match_prefix(prompt);
+        let tail = self.match_tail(parent, shared.len(), prompt);
         for &b in &shared {
             let BlockState::Cached(c) = &mut self.blocks[b.index()] else {
                 unreachable!("matched blocks are cached")
@@ -457,7 +533,17 @@ impl KvArena {
                 self.lru.remove(&t);
             }
         }
-        let reused = shared.len() * self.bs();
+        let n_shared = shared.len();
+        let mut table = shared;
+        let mut tail_tokens = 0;
+        if let Some((b, m)) = tail {
+            self.take_tail(b);
+            self.blocks[b.index()] = BlockState::Owned { seq };
+            *self.owner_counter(owner) += 1;
+            table.push(b);
+            tail_tokens = m;
+        }
+        let reused = n_shared * self.bs() + tail_tokens;
         self.prefix_lookups += 1;
         if reused > 0 {
             self.prefix_hits += 1;
@@ -465,14 +551,15 @@ impl KvArena {
         }
         let start = SeqStart {
             reused_tokens: reused,
-            reused_blocks: shared.len(),
+            reused_blocks: n_shared,
+            tail_tokens,
         };
         self.seqs.insert(
             seq,
             Seq {
                 owner,
-                n_shared: shared.len(),
-                table: shared,
+                n_shared,
+                table,
                 tokens: prompt[..reused].to_vec(),
                 reused_tokens: reused,
             },
@@ -543,13 +630,25 @@ impl KvArena {
 
     /// Turn an idle cached block (already removed from the LRU map) into a free one, not on the
     /// free list.
+    /// Drops idle cached block `b` (a prefix block or a tail, already out of the LRU map) from
+    /// the cache; it is left Free but not on the free list.
     fn evict_block(&mut self, b: BlockId) {
         let state = std::mem::replace(&mut self.blocks[b.index()], BlockState::Free);
-        let BlockState::Cached(c) = state else {
-            unreachable!("only cached blocks are evicted")
-        };
-        debug_assert!(c.sharers.is_empty());
-        self.prefix.remove(&c.key);
+        match state {
+            BlockState::Cached(c) => {
+                debug_assert!(c.sharers.is_empty());
+                self.prefix.remove(&c.key);
+            }
+            BlockState::Tail(t) => {
+                if let Some(v) = self.tails.get_mut(&t.parent) {
+                    v.retain(|&x| x != b);
+                    if v.is_empty() {
+                        self.tails.remove(&t.parent);
+                    }
+                }
+            }
+            _ => unreachable!("only cached blocks are evicted"),
+        }
         self.n_cached -= 1;
         self.evictions += 1;
     }
@@ -678,8 +777,8 @@ impl KvArena {
     }
 
     /// End `seq` normally: its full own blocks become cached prefixes (keyed by the chain of all
-    /// its tokens up to each), its partial last block and unwritten reserved blocks are freed,
-    /// and its shared prefix blocks are released.
+    /// its tokens up to each), its partial last block a cached tail, its unwritten reserved
+    /// blocks are freed, and its shared prefix blocks are released.
     pub fn finish(&mut self, seq: SeqId) -> Result<Finished, KvError> {
         self.finish_caching_first(seq, usize::MAX)
     }
@@ -696,7 +795,8 @@ impl KvArena {
             .ok_or(KvError::UnknownSequence(seq))?;
         *self.owner_counter(s.owner) -= s.own_blocks();
         let bs = self.bs();
-        let full = s.tokens.len().min(cache_tokens) / bs;
+        let cached_len = s.tokens.len().min(cache_tokens);
+        let full = cached_len / bs;
         let mut keys: Vec<PrefixKey> = Vec::with_capacity(full);
         for i in 0..full {
             let k = chain_key(keys.last(), &s.tokens[i * bs..(i + 1) * bs]);
@@ -729,6 +829,23 @@ impl KvArena {
                     self.n_cached += 1;
                     self.cache_inserts += 1;
                     out.cached_blocks += 1;
+                }
+            } else if i == full && cached_len > full * bs {
+                let parent = keys.last().copied();
+                let tokens = &s.tokens[full * bs..cached_len];
+                let kept = self.tails.get(&parent).is_some_and(|v| {
+                    v.iter().any(|&t| matches!(&self.blocks[t.index()], BlockState::Tail(x) if *x.tokens == *tokens))
+                });
+                if kept {
+                    self.free_block(b);
+                    out.freed_blocks += 1;
+                } else {
+                    let tick = self.next_tick();
+                    self.blocks[b.index()] = BlockState::Tail(TailBlock { parent, depth: i, tokens: tokens.into(), lru_tick: tick });
+                    self.lru.insert(tick, b);
+                    self.tails.entry(parent).or_default().push(b);
+                    self.n_cached += 1;
+                    out.tail_blocks += 1;
                 }
             } else {
                 self.free_block(b);
@@ -785,7 +902,7 @@ impl KvArena {
         Some(match self.blocks.get(b.index())? {
             BlockState::Free => Owner::Free,
             BlockState::Owned { seq } => self.seqs[seq].owner,
-            BlockState::Cached(_) => Owner::CachedPrefix,
+            BlockState::Cached(_) | BlockState::Tail(_) => Owner::CachedPrefix,
         })
     }
 
@@ -819,6 +936,12 @@ impl KvArena {
                 first_pos: Some(c.depth * bs),
                 n_tokens: bs,
             },
+            BlockState::Tail(t) => BlockInfo {
+                owner: Owner::CachedPrefix,
+                sequences: Vec::new(),
+                first_pos: Some(t.depth * bs),
+                n_tokens: t.tokens.len(),
+            },
         })
     }
 
@@ -827,6 +950,7 @@ impl KvArena {
     pub fn refcount(&self, b: BlockId) -> Option<usize> {
         match self.blocks.get(b.index())? {
             BlockState::Cached(c) => Some(c.sharers.len()),
+            BlockState::Tail(_) => Some(0),
             _ => None,
         }
     }
@@ -882,8 +1006,8 @@ impl KvArena {
             if s.tokens.len() > s.table.len() * bs {
                 return Err(format!("sequence {id}: more tokens than reserved cells"));
             }
-            if s.tokens.len() < s.n_shared * bs || s.reused_tokens != s.n_shared * bs {
-                return Err(format!("sequence {id}: shorter than its shared prefix"));
+            if s.tokens.len() < s.reused_tokens || s.reused_tokens < s.n_shared * bs || s.reused_tokens >= (s.n_shared + 1) * bs {
+                return Err(format!("sequence {id}: reused {} tokens with {} shared blocks and {} tokens", s.reused_tokens, s.n_shared, s.tokens.len()));
             }
             for (i, &b) in s.table.iter().enumerate() {
                 if b.index() >= n {
@@ -909,7 +1033,7 @@ impl KvArena {
                 _ => n_decode += s.own_blocks(),
             }
         }
-        let (mut n_free, mut n_cached, mut n_idle) = (0, 0, 0);
+        let (mut n_free, mut n_cached, mut n_idle, mut n_tails) = (0, 0, 0, 0);
         for (i, st) in self.blocks.iter().enumerate() {
             let b = BlockId(i as u32);
             match st {
@@ -923,6 +1047,22 @@ impl KvArena {
                     if refs[i] != [*seq] {
                         return Err(format!("owned {b:?} of {seq} is in tables {:?}", refs[i]));
                     }
+                }
+                BlockState::Tail(t) => {
+                    n_tails += 1;
+                    if t.tokens.is_empty() || t.tokens.len() >= bs {
+                        return Err(format!("tail {b:?} holds {} tokens", t.tokens.len()));
+                    }
+                    if !refs[i].is_empty() {
+                        return Err(format!("tail {b:?} is in tables {:?}", refs[i]));
+                    }
+                    if !self.tails.get(&t.parent).is_some_and(|v| v.contains(&b)) {
+                        return Err(format!("tail {b:?} not in the tails map under its parent"));
+                    }
+                    if self.lru.get(&t.lru_tick) != Some(&b) {
+                        return Err(format!("tail {b:?}: LRU entry missing"));
+                    }
+                    n_idle += 1;
                 }
                 BlockState::Cached(c) => {
                     n_cached += 1;
@@ -961,13 +1101,17 @@ impl KvArena {
                 self.lru.len()
             ));
         }
-        if n_cached != self.prefix.len() || n_cached != self.n_cached {
+        if n_cached != self.prefix.len() || n_cached + n_tails != self.n_cached {
             return Err(format!(
-                "{n_cached} cached blocks, prefix map {}, counter {}",
+                "{n_cached} cached blocks and {n_tails} tails, prefix map {}, counter {}",
                 self.prefix.len(),
                 self.n_cached
             ));
         }
+        if self.tails.values().map(Vec::len).sum::<usize>() != n_tails || self.tails.values().any(Vec::is_empty) {
+            return Err(format!("tails map lists {} blocks, {n_tails} tails", self.tails.values().map(Vec::len).sum::<usize>()));
+        }
+        let n_cached = n_cached + n_tails;
         if n_prefill != self.n_prefill || n_decode != self.n_decode {
             return Err(format!(
                 "owner counters prefill {} decode {} but tables say {n_prefill} {n_decode}",
@@ -1005,40 +1149,48 @@ mod tests {
         a.start_sequence(1, &p, Owner::Prefill).unwrap();
         a.reserve(1, 10).unwrap();
         a.commit_tokens(1, &p).unwrap();
-        // The first 6 tokens (a prompt, say): only block 0 lies wholly inside them.
+        // The first 6 tokens (a prompt, say): only block 0 lies wholly inside them; block 1's
+        // two of them are kept as a tail; block 2 is freed.
         let f = a.finish_caching_first(1, 6).unwrap();
-        assert_eq!((f.cached_blocks, f.freed_blocks), (1, 2));
-        assert_eq!(a.lookup_prefix(&p), 4);
+        assert_eq!((f.cached_blocks, f.tail_blocks, f.freed_blocks), (1, 1, 1));
+        assert_eq!(a.lookup_prefix(&p), 6);
+        assert_eq!(a.lookup_prefix(&p[..7]), 5);
+        assert_eq!(a.lookup_prefix(&p[..6]), 4, "two tokens left after a tail");
         a.check_invariants().unwrap();
     }
 
     #[test]
-    fn reuse_whole_blocks_but_never_the_whole_prompt() {
+    fn reuse_blocks_and_a_tail_but_never_the_whole_prompt() {
         let mut a = KvArena::new(16, 4);
-        let p = toks(10, 100);
+        let p = toks(11, 100);
         assert_eq!(
             a.start_sequence(1, &p, Owner::Prefill)
                 .unwrap()
                 .reused_tokens,
             0
         );
-        a.reserve(1, 10).unwrap();
+        a.reserve(1, 11).unwrap();
         a.commit_tokens(1, &p).unwrap();
         let f = a.finish(1).unwrap();
-        assert_eq!((f.cached_blocks, f.freed_blocks), (2, 1));
+        assert_eq!((f.cached_blocks, f.tail_blocks, f.freed_blocks), (2, 1, 0));
         a.check_invariants().unwrap();
 
-        // Same prompt: 8 of 10 tokens reused.
-        assert_eq!(a.lookup_prefix(&p), 8);
+        // Same prompt: 9 of 11 tokens reused, the tail's block taken over.
+        assert_eq!(a.lookup_prefix(&p), 9);
         let s = a.start_sequence(2, &p, Owner::Prefill).unwrap();
         assert_eq!(
             s,
             SeqStart {
-                reused_tokens: 8,
-                reused_blocks: 2
+                reused_tokens: 9,
+                reused_blocks: 2,
+                tail_tokens: 1
             }
         );
-        assert_eq!(a.seq_len(2), Some(8));
+        assert_eq!(a.seq_len(2), Some(9));
+        assert_eq!(a.block_table(2).unwrap().len(), 3);
+        assert_eq!(a.stats().prefill_blocks, 1, "the tail is the sequence's own block");
+        // Taken: the same prompt again gets the whole blocks only.
+        assert_eq!(a.lookup_prefix(&p), 8);
         // Exactly 8 tokens: only the first block (one token must be computed).
         let s = a.start_sequence(3, &p[..8], Owner::Decode).unwrap();
         assert_eq!(s.reused_tokens, 4);
@@ -1062,7 +1214,7 @@ mod tests {
             .unwrap();
         a.reserve(1, 5).unwrap();
         a.commit_tokens(1, &[1, 2, 3, 4, 5]).unwrap();
-        a.finish(1).unwrap(); // blocks [1,2] and [3,4] cached, 2 free
+        a.finish(1).unwrap(); // blocks [1,2] and [3,4] cached, [5] a tail, 1 free
         a.start_sequence(2, &[9; 9], Owner::Prefill).unwrap();
         let e = a.reserve(2, 9).unwrap_err();
         assert!(
@@ -1077,8 +1229,9 @@ mod tests {
         );
         a.cancel(2).unwrap();
         a.start_sequence(3, &[9; 7], Owner::Prefill).unwrap();
-        a.reserve(3, 6).unwrap(); // 3 blocks: 2 free + evict the tail [3,4]
-        assert_eq!(a.stats().evictions, 1);
+        // 3 blocks: the free one, then the least recently used: the tail [5], then [3,4].
+        a.reserve(3, 6).unwrap();
+        assert_eq!(a.stats().evictions, 2);
         assert_eq!(a.lookup_prefix(&[1, 2, 3, 4, 5]), 2);
         a.start_sequence(4, &[7; 7], Owner::Prefill).unwrap();
         let snapshot = a.clone();
@@ -1134,8 +1287,54 @@ mod tests {
         a.finish(1).unwrap();
         let f = a.finish(2).unwrap();
         assert_eq!(f.duplicate_blocks, 1);
-        assert_eq!(a.stats().cached_blocks, 1);
-        assert_eq!(a.stats().free_blocks, 7);
+        assert_eq!((f.tail_blocks, f.freed_blocks), (0, 1), "an equal tail is kept already");
+        assert_eq!(a.stats().cached_blocks, 2);
+        assert_eq!(a.stats().free_blocks, 6);
+        a.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn tails_are_taken_over_by_the_prompt_that_repeats_most_of_them() {
+        let mut a = KvArena::new(16, 4);
+        let run = |a: &mut KvArena, id: SeqId, toks: &[u32]| {
+            let start = a.start_sequence(id, toks, Owner::Prefill).unwrap();
+            a.reserve(id, toks.len() - start.reused_tokens).unwrap();
+            a.commit_tokens(id, &toks[start.reused_tokens..]).unwrap();
+            a.finish(id).unwrap();
+            a.check_invariants().unwrap();
+            start
+        };
+        // Two tails after the same block [1,2,3,4]: [5,6,7] and [5,8] (running together, so
+        // the second could not take the first's tail).
+        for (id, toks) in [(1, &[1, 2, 3, 4, 5, 6, 7][..]), (2, &[1, 2, 3, 4, 5, 8][..])] {
+            a.start_sequence(id, toks, Owner::Prefill).unwrap();
+            a.reserve(id, toks.len()).unwrap();
+            a.commit_tokens(id, toks).unwrap();
+        }
+        a.finish(1).unwrap();
+        assert_eq!(a.finish(2).unwrap().duplicate_blocks, 1);
+        a.check_invariants().unwrap();
+        assert_eq!(a.stats().cached_blocks, 3);
+        // [.., 5, 6, 9]: the first tail repeats 2 tokens, the second 1.
+        let s = a.start_sequence(3, &[1, 2, 3, 4, 5, 6, 9, 9], Owner::Decode).unwrap();
+        assert_eq!((s.reused_blocks, s.tail_tokens, s.reused_tokens), (1, 2, 6));
+        let taken = a.block_table(3).unwrap()[1];
+        assert_eq!(a.block_owner(taken), Some(Owner::Decode));
+        // The other tail is still there for a prompt continuing with 8.
+        assert_eq!(a.lookup_prefix(&[1, 2, 3, 4, 5, 8, 0, 0]), 6);
+        assert_eq!(a.lookup_prefix(&[1, 2, 3, 4, 5, 6, 9, 9]), 5);
+        // A tail at depth 0; two tokens are left to compute; a prompt that diverges at its
+        // first token reuses nothing.
+        run(&mut a, 4, &[40, 41]);
+        assert_eq!(a.lookup_prefix(&[40, 41, 42, 43]), 2);
+        assert_eq!(a.lookup_prefix(&[40, 41, 42]), 1);
+        assert_eq!(a.lookup_prefix(&[40, 41]), 0);
+        assert_eq!(a.lookup_prefix(&[41, 41, 42, 43]), 0);
+        a.cancel(3).unwrap();
+        a.check_invariants().unwrap();
+        let idle = a.stats().evictable_blocks;
+        assert_eq!(a.evict_all_cached(), idle);
+        assert_eq!(a.stats().free_blocks, 16);
         a.check_invariants().unwrap();
     }
 }

@@ -87,6 +87,8 @@ struct Harness {
     next_id: u64,
     /// Committed full-block prefixes of finished requests (what the cache has ever held).
     finished_prefixes: Vec<Vec<u32>>,
+    /// Every committed token of finished requests (what their tails may hold).
+    finished_tokens: Vec<Vec<u32>>,
 }
 
 impl Harness {
@@ -98,6 +100,7 @@ impl Harness {
             running: Vec::new(),
             next_id: 1,
             finished_prefixes: Vec::new(),
+            finished_tokens: Vec::new(),
         }
     }
 
@@ -149,12 +152,19 @@ impl Harness {
                 let lookup = self.arena.lookup_prefix(prompt);
                 let s = self.arena.start_sequence(id, prompt, owner).unwrap();
                 prop_assert_eq!(s.reused_tokens, lookup);
-                prop_assert_eq!(s.reused_tokens % self.bs, 0);
-                prop_assert_eq!(s.reused_blocks * self.bs, s.reused_tokens);
+                prop_assert_eq!(s.reused_blocks * self.bs + s.tail_tokens, s.reused_tokens);
+                prop_assert!(s.tail_tokens < self.bs);
                 prop_assert!(s.reused_tokens < len.max(1), "reused the whole prompt");
-                prop_assert!(s.reused_tokens <= expected_max);
+                // Whole blocks: exactly what the cache was given while nothing was evicted.
+                prop_assert!(s.reused_blocks * self.bs <= expected_max);
                 if self.arena.stats().evictions == 0 {
-                    prop_assert_eq!(s.reused_tokens, expected_max, "missed a cached prefix");
+                    prop_assert_eq!(s.reused_blocks * self.bs, expected_max, "missed a cached prefix");
+                }
+                // A tail's tokens: a finished request held this whole reused prefix.
+                if s.tail_tokens > 0 {
+                    prop_assert!(s.reused_tokens + 2 <= len, "a tail left fewer than two tokens");
+                    let held = self.finished_tokens.iter().any(|f| f.iter().zip(prompt).take_while(|(a, b)| a == b).count() >= s.reused_tokens);
+                    prop_assert!(held, "reused {} tokens no finished request held", s.reused_tokens);
                 }
                 prop_assert_eq!(self.arena.seq_len(id), Some(s.reused_tokens));
                 prop_assert_eq!(self.arena.reused_tokens(id), Some(s.reused_tokens));
@@ -283,8 +293,10 @@ impl Harness {
                     f.cached_blocks + f.duplicate_blocks + f.released_shared,
                     full
                 );
-                prop_assert_eq!(f.freed_blocks, table_len - full);
+                prop_assert!(f.tail_blocks <= usize::from(toks.len() % self.bs != 0));
+                prop_assert_eq!(f.freed_blocks + f.tail_blocks, table_len - full);
                 self.finished_prefixes.push(toks[..full * self.bs].to_vec());
+                self.finished_tokens.push(toks);
                 prop_assert_eq!(self.arena.finish(r.id), Err(KvError::UnknownSequence(r.id)));
             }
             Op::Cancel { slot } => {
@@ -469,19 +481,20 @@ fn second_request_reuses_the_first_ones_prompt() {
     a.reserve(1, 1).unwrap();
     a.commit_tokens(1, &[7]).unwrap();
     a.finish(1).unwrap();
-    assert_eq!(a.stats().cached_blocks, 6); // 101 tokens: 6 full blocks
+    assert_eq!(a.stats().cached_blocks, 7); // 101 tokens: 6 full blocks and a tail of 5
 
+    // The system prompt's 100 tokens: 6 blocks and 4 of the tail's tokens.
     let mut prompt = system.clone();
     prompt.extend([500, 501, 502]);
     let s = a.start_sequence(2, &prompt, Owner::Prefill).unwrap();
-    assert_eq!(s.reused_tokens, 96);
-    a.reserve(2, prompt.len() - 96).unwrap();
-    a.commit_tokens(2, &prompt[96..]).unwrap();
+    assert_eq!((s.reused_tokens, s.reused_blocks, s.tail_tokens), (100, 6, 4));
+    a.reserve(2, prompt.len() - 100).unwrap();
+    a.commit_tokens(2, &prompt[100..]).unwrap();
     assert_eq!(a.block_table(2).unwrap().len(), 7);
     let st = a.stats();
     assert_eq!(
         (st.prefix_hits, st.reused_tokens, st.cached_in_use),
-        (1, 96, 6)
+        (1, 100, 6)
     );
     a.check_invariants().unwrap();
 }

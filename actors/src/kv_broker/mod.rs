@@ -156,7 +156,8 @@ impl KvBrokerHandle {
         polled.unwrap_or_else(|| rx.blocking_recv().map_err(|_| BrokerError::Gone))
     }
 
-    /// Starts `seq`, sharing the longest cached prefix of `prompt` (whole blocks, never all of it).
+    /// Starts `seq`, sharing the longest cached prefix of `prompt` (whole blocks, then a cached
+    /// partial block taken over; never all of it).
     ///
     /// # Errors
     /// A sequence id in use, an owner that is not a running one, or a stopped broker.
@@ -231,10 +232,11 @@ mod tests {
         h.hand_off(1, Owner::Prefill, Owner::Decode).expect("hand-off");
         h.end(1, true).expect("finish");
         let st = h.stats().expect("stats");
-        assert_eq!(st.cached_blocks, 1, "the one full block is cached");
-        // A second request with the same prefix reuses it.
+        assert_eq!(st.cached_blocks, 2, "the full block is cached, the partial one kept as a tail");
+        // A second request with the same prefix reuses the block and the tail's token 5 (the
+        // tail's block taken over; two tokens are left to compute).
         let again = h.start(2, &[1, 2, 3, 4, 5, 6, 7], Owner::Prefill).expect("start");
-        assert_eq!(again.reused_tokens, 4);
+        assert_eq!(again.reused_tokens, 5);
         h.end(2, false).expect("cancel");
         let st = h.stats().expect("stats");
         assert_eq!(st.free_blocks + st.cached_blocks, 8);
