@@ -896,12 +896,16 @@ impl VulkanPlan {
                         .u32(scratch_stride as u32)
                         .u32(chunk_offset as u32)
                         .u32(rows_offset as u32);
-                    // Scores and weights; the value rows, 8 per workgroup; their reduction.
-                    for (phase, row_groups) in [(0u32, 1u32), (1, 8), (2, 1)] {
-                        if phase > 0 {
+                    // The scores, 128 positions per workgroup (one workgroup per head walked
+                    // them all: 28 workgroups for a 7B token); softmax and weights; the value
+                    // rows, 8 per workgroup; their reduction. Workgroups past a sequence's
+                    // length return at once.
+                    let score_groups = max_context.div_ceil(128) as u32;
+                    for (i, (phase, groups)) in [(3u32, score_groups), (0, 1), (1, 8), (2, 1)].into_iter().enumerate() {
+                        if i > 0 {
                             rec.barrier();
                         }
-                        rec.dispatch(Kernel::AttentionExact, &push.clone().u32(phase), [hp.n_heads as u32, n as u32, row_groups])?;
+                        rec.dispatch(Kernel::AttentionExact, &push.clone().u32(phase), [hp.n_heads as u32, n as u32, groups])?;
                     }
                 }
                 Op::Attention { layer, q, out } => {

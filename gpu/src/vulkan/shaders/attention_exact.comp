@@ -6,10 +6,11 @@
 // accumulator over chunks of 16 when it holds several); ggml's softmax (its expf, the
 // exponentials' 16-wide chunk sums added in f64 in order, the weights rounded to f16); the
 // values summed into 64 (or 16) accumulator rows, position j into row j % rows, reduced as the
-// CPU does. Three dispatches (`phase`): scores, softmax and weights per (token, head); the value
-// rows, a workgroup per (token, head, 8 rows), each row a chain over its positions in order;
-// their reduction into the output. Scores, weights, chunk sums and rows live in a scratch area
-// per (token, head). Head dimensions: multiples of 64, at most 128.
+// CPU does. Four dispatches (`phase`): the scores, a workgroup per (token, head, 128 positions),
+// each score one invocation's (3); softmax and weights per (token, head) (0); the value rows, a
+// workgroup per (token, head, 8 rows), each row a chain over its positions in order (1); their
+// reduction into the output (2). Scores, weights, chunk sums and rows live in a scratch area per
+// (token, head). Head dimensions: multiples of 64, at most 128.
 #include "common.glsl"
 
 #define WG 128
@@ -40,8 +41,8 @@ layout(push_constant) uniform Push {
     uint scratch_stride;
     uint chunk_offset;
     uint rows_offset;
-    // 0: scores, softmax, weights; 1: the value rows (a workgroup per group of 8 rows);
-    // 2: the rows' reduction into the output.
+    // 3: scores (a workgroup per 128 positions); 0: softmax, weights; 1: the value rows (a
+    // workgroup per group of 8 rows); 2: the rows' reduction into the output.
     uint phase;
 } pc;
 
@@ -56,6 +57,57 @@ float reduce16(float x[16]) {
         h[i] = x[i] + x[i + 8];
     }
     return ((h[0] + h[4]) + (h[2] + h[6])) + ((h[1] + h[5]) + (h[3] + h[7]));
+}
+
+// Position j's score, scaled: ggml_vec_dot_f16's order (one token of the sequence in the step)
+// or tinyBLAS's (several).
+float score_of(uint j, U32s tables, uint table_offset, uint kvh, uint hd, bool prefill) {
+    U32x4s kc = U32x4s(pc.k_cache);
+    uint cell = kv_cell(tables, table_offset, j, pc.block_size);
+    uint kb = (cell * pc.row_stride + kvh * hd) / 8;
+    float x[16];
+    if (prefill) {
+        float acc[16];
+        [[unroll]] for (uint l = 0; l < 16; l++) {
+            acc[l] = 0.0;
+        }
+        for (uint c = 0; c < hd; c += 16) {
+            uvec4 k0 = kc.v[kb + c / 8];
+            uvec4 k1 = kc.v[kb + c / 8 + 1];
+            uint kw[8] = uint[8](k0.x, k0.y, k0.z, k0.w, k1.x, k1.y, k1.z, k1.w);
+            [[unroll]] for (uint l = 0; l < 16; l++) {
+                float k = unpackHalf2x16(kw[l / 2])[l % 2];
+                // f16 times f16 is exact in f32: fused or not alike.
+                precise float a = qs[c + l] * k + acc[l];
+                acc[l] = a;
+            }
+        }
+        x = acc;
+    } else {
+        float acc[4][16];
+        [[unroll]] for (uint k = 0; k < 4; k++) {
+            [[unroll]] for (uint l = 0; l < 16; l++) {
+                acc[k][l] = 0.0;
+            }
+        }
+        for (uint c = 0; c < hd; c += 64) {
+            [[unroll]] for (uint k = 0; k < 4; k++) {
+                uvec4 k0 = kc.v[kb + (c + 16 * k) / 8];
+                uvec4 k1 = kc.v[kb + (c + 16 * k) / 8 + 1];
+                uint kw[8] = uint[8](k0.x, k0.y, k0.z, k0.w, k1.x, k1.y, k1.z, k1.w);
+                [[unroll]] for (uint l = 0; l < 16; l++) {
+                    float kv = unpackHalf2x16(kw[l / 2])[l % 2];
+                    precise float a = qs[c + 16 * k + l] * kv + acc[k][l];
+                    acc[k][l] = a;
+                }
+            }
+        }
+        [[unroll]] for (uint l = 0; l < 16; l++) {
+            x[l] = (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]);
+        }
+    }
+    precise float s = reduce16(x) * pc.scale;
+    return s;
 }
 
 void main() {
@@ -136,57 +188,18 @@ void main() {
         }
         return;
     }
-    U32x4s kc = U32x4s(pc.k_cache);
+    if (pc.phase == 3) {
+        uint j = gl_WorkGroupID.z * WG + tid;
+        if (j < len) {
+            sc.v[j] = score_of(j, tables, table_offset, kvh, hd, prefill);
+        }
+        return;
+    }
 
-    // Scores.
+    // The scores' maximum (phase 3 wrote them).
     float mx = -1.0 / 0.0;
     for (uint j = tid; j < len; j += WG) {
-        uint cell = kv_cell(tables, table_offset, j, pc.block_size);
-        uint kb = (cell * pc.row_stride + kvh * hd) / 8;
-        float x[16];
-        if (prefill) {
-            float acc[16];
-            [[unroll]] for (uint l = 0; l < 16; l++) {
-                acc[l] = 0.0;
-            }
-            for (uint c = 0; c < hd; c += 16) {
-                uvec4 k0 = kc.v[kb + c / 8];
-                uvec4 k1 = kc.v[kb + c / 8 + 1];
-                uint kw[8] = uint[8](k0.x, k0.y, k0.z, k0.w, k1.x, k1.y, k1.z, k1.w);
-                [[unroll]] for (uint l = 0; l < 16; l++) {
-                    float k = unpackHalf2x16(kw[l / 2])[l % 2];
-                    // f16 times f16 is exact in f32: fused or not alike.
-                    precise float a = qs[c + l] * k + acc[l];
-                    acc[l] = a;
-                }
-            }
-            x = acc;
-        } else {
-            float acc[4][16];
-            [[unroll]] for (uint k = 0; k < 4; k++) {
-                [[unroll]] for (uint l = 0; l < 16; l++) {
-                    acc[k][l] = 0.0;
-                }
-            }
-            for (uint c = 0; c < hd; c += 64) {
-                [[unroll]] for (uint k = 0; k < 4; k++) {
-                    uvec4 k0 = kc.v[kb + (c + 16 * k) / 8];
-                    uvec4 k1 = kc.v[kb + (c + 16 * k) / 8 + 1];
-                    uint kw[8] = uint[8](k0.x, k0.y, k0.z, k0.w, k1.x, k1.y, k1.z, k1.w);
-                    [[unroll]] for (uint l = 0; l < 16; l++) {
-                        float kv = unpackHalf2x16(kw[l / 2])[l % 2];
-                        precise float a = qs[c + 16 * k + l] * kv + acc[k][l];
-                        acc[k][l] = a;
-                    }
-                }
-            }
-            [[unroll]] for (uint l = 0; l < 16; l++) {
-                x[l] = (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]);
-            }
-        }
-        precise float s = reduce16(x) * pc.scale;
-        sc.v[j] = s;
-        mx = max(mx, s);
+        mx = max(mx, sc.v[j]);
     }
     red[tid] = mx;
     barrier();
