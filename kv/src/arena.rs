@@ -492,18 +492,36 @@ impl KvArena {
 
     /// Takes cached tail `b` out of the cache (its tails entry and its LRU entry).
     fn take_tail(&mut self, b: BlockId) {
-        let state = std::mem::replace(&mut self.blocks[b.index()], BlockState::Free);
-        let BlockState::Tail(t) = state else {
-            unreachable!("only tails are taken")
-        };
-        self.lru.remove(&t.lru_tick);
-        if let Some(v) = self.tails.get_mut(&t.parent) {
-            v.retain(|&x| x != b);
-            if v.is_empty() {
-                self.tails.remove(&t.parent);
-            }
+        debug_assert!(matches!(self.blocks[b.index()], BlockState::Tail(_)), "only tails are taken");
+        if let Some(tick) = self.uncache(b) {
+            self.lru.remove(&tick);
         }
+    }
+
+    /// Takes idle cached block `b` (a prefix block or a tail) out of the prefix or tails map; it
+    /// is left Free but on no list, and its LRU tick (if it had one) is returned for the caller
+    /// to drop.
+    fn uncache(&mut self, b: BlockId) -> Option<u64> {
+        let state = std::mem::replace(&mut self.blocks[b.index()], BlockState::Free);
+        let tick = match state {
+            BlockState::Cached(c) => {
+                debug_assert!(c.sharers.is_empty());
+                self.prefix.remove(&c.key);
+                c.lru_tick
+            }
+            BlockState::Tail(t) => {
+                if let Some(v) = self.tails.get_mut(&t.parent) {
+                    v.retain(|&x| x != b);
+                    if v.is_empty() {
+                        self.tails.remove(&t.parent);
+                    }
+                }
+                Some(t.lru_tick)
+            }
+            _ => unreachable!("only cached blocks leave the cache"),
+        };
         self.n_cached -= 1;
+        tick
     }
 
     /// Start sequence `seq` owned by `owner` (`Prefill` or `Decode`): share the longest cached
@@ -633,23 +651,7 @@ impl KvArena {
     /// Drops idle cached block `b` (a prefix block or a tail, already out of the LRU map) from
     /// the cache; it is left Free but not on the free list.
     fn evict_block(&mut self, b: BlockId) {
-        let state = std::mem::replace(&mut self.blocks[b.index()], BlockState::Free);
-        match state {
-            BlockState::Cached(c) => {
-                debug_assert!(c.sharers.is_empty());
-                self.prefix.remove(&c.key);
-            }
-            BlockState::Tail(t) => {
-                if let Some(v) = self.tails.get_mut(&t.parent) {
-                    v.retain(|&x| x != b);
-                    if v.is_empty() {
-                        self.tails.remove(&t.parent);
-                    }
-                }
-            }
-            _ => unreachable!("only cached blocks are evicted"),
-        }
-        self.n_cached -= 1;
+        self.uncache(b);
         self.evictions += 1;
     }
 

@@ -61,6 +61,12 @@ pub struct PackedActivations {
 }
 
 impl PackedActivations {
+    /// Whether this pack was made for weights of type `weight` and width `k`, `n_tokens` tokens,
+    /// by kernels of `level`.
+    fn made_for(&self, weight: GgmlType, level: SimdLevel, k: usize, n_tokens: usize) -> bool {
+        self.weight == weight && self.level == level && self.k == k && self.n_tokens == n_tokens
+    }
+
     /// A handle that repacks tokens into this pack, from one thread or several: see
     /// [`ActivationPacker::pack_token`].
     pub fn packer(&mut self) -> ActivationPacker<'_> {
@@ -275,8 +281,7 @@ impl Kernels {
     /// # Errors
     /// As [`Kernels::packed_activations`].
     pub fn reuse_packed_activations(&self, spare: &mut Vec<PackedActivations>, weight: GgmlType, k: usize, n_tokens: usize) -> Result<PackedActivations, QuantError> {
-        let fits = |p: &PackedActivations| p.weight == weight && p.level == self.level && p.k == k && p.n_tokens == n_tokens;
-        match spare.iter().position(fits) {
+        match spare.iter().position(|p| p.made_for(weight, self.level, k, n_tokens)) {
             Some(i) => Ok(spare.swap_remove(i)),
             None => self.packed_activations(weight, k, n_tokens),
         }
@@ -339,7 +344,7 @@ impl Kernels {
         out: *mut f32,
         out_stride: usize,
     ) -> Result<(), QuantError> {
-        if packed.weight != weight || packed.level != self.level || packed.k != k || packed.n_tokens != n_tokens {
+        if !packed.made_for(weight, self.level, k, n_tokens) {
             return Err(QuantError::Length { what: "packed activations (made for another product)", expected: n_tokens * k, got: packed.n_tokens * packed.k });
         }
         if out_stride < rows.len() {

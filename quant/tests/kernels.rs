@@ -27,6 +27,11 @@ fn scalar() -> Kernels {
     Kernels::with_level(SimdLevel::Scalar).unwrap()
 }
 
+/// The bit patterns of `v`: for comparisons where -0.0 and 0.0 or two NaNs must not pass as equal.
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
 fn rand_vec(rng: &mut StdRng, n: usize, scale: f32) -> Vec<f32> {
     (0..n).map(|_| rng.gen_range(-1.0f32..1.0) * scale).collect()
 }
@@ -85,7 +90,6 @@ fn check_simd_against_scalar(c: &Case) {
         let got = run(&kern, c, 0..c.nrows);
         // The 32-block types follow ggml's x86 arithmetic on every level: the same bits.
         if matches!(c.ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0) {
-            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&got), bits(&reference), "{:?} {} k={} rows={} tokens={}: not the scalar bits", kern.level(), c.ty, c.k, c.nrows, c.n_tokens);
         }
         for i in 0..got.len() {
@@ -312,7 +316,6 @@ fn every_level_is_batch_invariant() {
 fn ggml_float_ops_are_bit_identical_across_levels() {
     use strata_quant::AttnOrder;
     let mut rng = StdRng::seed_from_u64(77);
-    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
     let s = scalar();
     for n in [1usize, 15, 16, 17, 100, 1536] {
         let gate = rand_vec(&mut rng, n, 12.0);
@@ -410,7 +413,6 @@ proptest! {
         let weights: Vec<f32> = (0..heads * len)
             .map(|i| if i % 13 == 0 { 0.0 } else { f16::from_f32(rng.gen_range(0.0f32..1.0)).to_f32() })
             .collect();
-        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         for order in [AttnOrder::Decode, AttnOrder::Prefill] {
             let lanes = order.value_lanes();
             let mut want_dots = vec![0f32; heads * len];
@@ -465,7 +467,7 @@ fn packed_activations_give_the_unpacked_bits() {
                 let want = run(&kern, &c, rows.clone());
                 let mut got = vec![f32::NAN; n_tokens * rows.len()];
                 kern.matmul_packed(ty, &c.w, k, rows, &c.a, n_tokens, &pack, &mut got).unwrap();
-                assert_eq!(got.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), want.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), "{:?} {ty}", kern.level());
+                assert_eq!(bits(&got), bits(&want), "{:?} {ty}", kern.level());
             }
             let mut out = vec![0f32; n_tokens * nrows];
             assert!(kern.matmul_packed(ty, &c.w, k, 0..nrows, &c.a[..(n_tokens - 1) * c.a.len() / n_tokens], n_tokens - 1, &pack, &mut out[..(n_tokens - 1) * nrows]).is_err());
@@ -479,7 +481,6 @@ fn packed_activations_give_the_unpacked_bits() {
 /// errors.
 #[test]
 fn packs_filled_token_by_token_and_strided_outputs_give_the_same_bits() {
-    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
     let mut rng = StdRng::seed_from_u64(37);
     for ty in WEIGHT_TYPES {
         let (k, nrows, n_tokens) = (512, 24, 7);
@@ -533,7 +534,6 @@ fn packs_filled_token_by_token_and_strided_outputs_give_the_same_bits() {
 /// pack made for the same weight type, width and token count is taken from the spares.
 #[test]
 fn reused_packs_give_the_bits_of_new_ones() {
-    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
     let mut rng = StdRng::seed_from_u64(41);
     for ty in WEIGHT_TYPES {
         let (k, nrows, n_tokens) = (512, 20, 8);

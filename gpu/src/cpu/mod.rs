@@ -353,12 +353,12 @@ impl CpuPlan {
                 r = end;
             }
         }
-        let mut outs: Vec<(SharedMut<f32>, usize, Vec<f32>)> = Vec::with_capacity(outputs.len());
+        let mut outs: Vec<(SharedMut<f32>, usize)> = Vec::with_capacity(outputs.len());
         let mut taken = Vec::with_capacity(outputs.len());
         for p in outputs {
             let mut buf = std::mem::take(&mut self.bufs[p.out.0 as usize]);
             let width = self.graph.buffer(p.out).width;
-            outs.push((SharedMut(buf.as_mut_ptr()), width, Vec::new()));
+            outs.push((SharedMut(buf.as_mut_ptr()), width));
             taken.push((p.out, buf));
         }
         let plan = &*self;
@@ -386,11 +386,10 @@ impl CpuPlan {
                 Some((pi, rows))
             };
             while let Some((pi, rows)) = next_job() {
-                let (pi, rows) = (&pi, &rows);
-                let p = &outputs[*pi];
+                let p = &outputs[pi];
                 let w = plan.graph.weight(p.weight);
-                let (act, pack) = &packs[pack_of[*pi]];
-                let (dst, width, _) = &outs[*pi];
+                let (act, pack) = &packs[pack_of[pi]];
+                let (dst, width) = &outs[pi];
                 // SAFETY: columns `rows` of this projection's output rows 0..n (a buffer of at
                 // least n rows of `width` floats) are written only by the thread holding this job.
                 let written = unsafe { kernels.matmul_packed_into(w.ty, plan.weight_bytes(p.weight), k, rows.clone(), act, n, pack, dst.ptr().add(rows.start), *width) };
