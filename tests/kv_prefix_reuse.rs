@@ -64,3 +64,25 @@ fn a_prompt_longer_than_a_step_is_prefilled_in_chunks_with_the_same_result() {
     };
     assert_eq!(run(64), run(512));
 }
+
+#[test]
+fn a_repeated_prompt_reuses_a_full_blocks_cells_by_a_copy_and_continues_the_same() {
+    let model = Arc::new(LoadedModel::load(&common::default_model()).expect("the default model loads"));
+    let prompt = model.tokenizer.encode("Count from 101 upwards, separated by commas: 101, 102, 103,", false, true).expect("encode");
+    // The prompt ends inside its last block, and the run's generated tokens fill that block: no
+    // tail is left there, only a full cached block that the prompt repeats the start of.
+    assert!(prompt.len() % 16 >= 3, "{} tokens end too near a block boundary", prompt.len());
+    let (alone, reused) = greedy(&mut engine(&model), &prompt, 24);
+    assert_eq!(reused, 0);
+
+    let mut e = engine(&model);
+    let (first, _) = greedy(&mut e, &prompt, 24);
+    assert_eq!(first, alone);
+    let (again, reused) = greedy(&mut e, &prompt, 24);
+    // Whole blocks shared, the rest copied from the full block, two tokens computed.
+    assert_eq!(reused, prompt.len() - 2, "a {}-token prompt", prompt.len());
+    assert_eq!(again, alone, "the copied cells changed the greedy output");
+    let st = e.kv().stats().expect("broker alive");
+    assert_eq!(st.sequences, 0);
+    assert_eq!(st.free_blocks + st.cached_blocks, st.total_blocks as usize, "every block is free or a cached prefix");
+}

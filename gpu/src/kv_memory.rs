@@ -183,6 +183,35 @@ impl HostKvMemory {
         // its chunk, and the caller guarantees cell < n_cells.
         unsafe { base.add((p.offset_bytes + cell * self.placement.row_stride_bytes) as usize) }
     }
+
+    /// Copies the rows of `n_cells` cells from `from_cell` on to `to_cell` on, in every layer's
+    /// K and V tensor (a prefix-cache copy of part of a block).
+    ///
+    /// # Errors
+    /// [`DeviceError::BadBatch`] for cells out of range or overlapping ranges.
+    ///
+    /// # Safety
+    /// No one may write the source cells or read or write the destination cells while the
+    /// copy runs (the KV broker makes it for a block it has just given to a sequence that has
+    /// not run yet, from a cached block, which is read-only).
+    pub unsafe fn copy_cells(&self, from_cell: u64, to_cell: u64, n_cells: u64) -> Result<(), DeviceError> {
+        let n = self.placement.n_cells;
+        let in_range = |c: u64| c.checked_add(n_cells).is_some_and(|end| end <= n);
+        let overlap = from_cell < to_cell + n_cells && to_cell < from_cell + n_cells;
+        if !in_range(from_cell) || !in_range(to_cell) || (overlap && n_cells > 0) {
+            return Err(DeviceError::BadBatch(format!("KV cell copy of {n_cells} cells from {from_cell} to {to_cell} (arena of {n} cells)")));
+        }
+        let bytes = (n_cells * self.placement.row_stride_bytes) as usize;
+        for layer in 0..self.placement.k.len() {
+            for v in [false, true] {
+                // SAFETY: both ranges are in range (checked above, so `row_ptr`'s rows and the
+                // `bytes` after them lie in the tensor) and do not overlap; the caller
+                // guarantees no one else touches them now.
+                unsafe { std::ptr::copy_nonoverlapping(self.row_ptr(layer, v, from_cell), self.row_ptr(layer, v, to_cell), bytes) };
+            }
+        }
+        Ok(())
+    }
 }
 
 fn oom(bytes: u64) -> DeviceError {
@@ -240,6 +269,21 @@ mod tests {
             other => panic!("unexpected export {other:?}"),
         }
         check_import(&l, &export).expect("same layout imports");
+        // Cell copies move every layer's K and V rows, and refuse ranges out of the arena.
+        // SAFETY: nothing else uses `mem` in this test.
+        unsafe {
+            for layer in 0..3 {
+                *mem.row_ptr(layer, false, 5) = 10 + layer as u8;
+                *mem.row_ptr(layer, true, 6) = 20 + layer as u8;
+            }
+            mem.copy_cells(4, 100, 3).expect("copy");
+            for layer in 0..3 {
+                assert_eq!((*mem.row_ptr(layer, false, 101), *mem.row_ptr(layer, true, 102)), (10 + layer as u8, 20 + layer as u8));
+                assert_eq!(*mem.row_ptr(layer, false, 102), 0);
+            }
+            assert!(mem.copy_cells(250, 0, 7).is_err(), "past the arena's end");
+            assert!(mem.copy_cells(0, 2, 4).is_err(), "overlapping");
+        }
         let err = check_import(&layout(128, 1 << 16), &export).expect_err("another layout is refused");
         let msg = err.to_string();
         assert!(msg.contains("128") && msg.contains("256"), "the error names both layouts: {msg}");

@@ -36,6 +36,13 @@
 //! tail: see `match_tail`). Reuse is in whole shared blocks plus, from a tail, the tokens the
 //! prompt repeats, so a repeated prompt reuses all but its last two tokens.
 //!
+//! When the arena may copy cells ([`KvArena::set_cell_copies`]: the broker holds a copier for
+//! the KV memory), a prompt that ends inside a *full* cached block (a repeated prompt whose last
+//! block also holds the earlier run's generated tokens) is served the same way: the block's
+//! cells the prompt repeats are copied into a new own block ([`SeqStart::copy`]), since a shared
+//! block can never be written and a cached one never handed over (that would cut its chain for
+//! the prompts after it). The caller performs the copy before anything else touches the arena.
+//!
 //! Block keys are SHA-256 chains (`key_i = H(key_{i-1}, tokens of block i)`), like vLLM's prefix
 //! caching; the cached block also keeps its token ids, which are compared on lookup. When a
 //! sequence finishes, its full own blocks enter the cache (a block whose key is already cached
@@ -186,6 +193,23 @@ pub struct SeqStart {
     /// Tokens reused from a cached tail the sequence took over as its own block (0 if none;
     /// less than the block size).
     pub tail_tokens: usize,
+    /// Tokens reused by copying cells of a full cached block into a new own block (0 if none;
+    /// less than the block size; never with `tail_tokens`).
+    pub copied_tokens: usize,
+    /// The copy the caller must make before the sequence's cells are used (with `copied_tokens`).
+    pub copy: Option<CellCopy>,
+}
+
+/// Cells to copy from one block to another (both hold `cells` cells from their first one on):
+/// the rows of every layer's K and V tensors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CellCopy {
+    /// A cached block (read-only while the copy runs).
+    pub from: BlockId,
+    /// A block the sequence owns; nothing reads it before the copy is made.
+    pub to: BlockId,
+    /// Cells copied from the start of the block.
+    pub cells: usize,
 }
 
 /// What [`KvArena::reserve`] did.
@@ -272,6 +296,8 @@ pub struct BlockInfo {
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct CachedBlock {
     key: PrefixKey,
+    /// Chain key of the block before it (`None` at depth 0).
+    parent: Option<PrefixKey>,
     /// Index of the block in the chain (positions `depth * block_size ..`).
     depth: usize,
     tokens: Box<[u32]>,
@@ -319,6 +345,23 @@ impl Seq {
     }
 }
 
+/// How a prompt reuses part of the block after its shared ones: (block, tokens).
+#[derive(Clone, Copy, Debug)]
+enum Partial {
+    /// Take over a cached tail.
+    Tail(BlockId, usize),
+    /// Copy the first cells of a full cached block.
+    Copy(BlockId, usize),
+}
+
+impl Partial {
+    fn tokens(self) -> usize {
+        match self {
+            Partial::Tail(_, m) | Partial::Copy(_, m) => m,
+        }
+    }
+}
+
 /// Cell of position `pos` through a block table: `table[pos / block_size] * block_size +
 /// pos % block_size`, or `None` if the table is too short.
 pub fn cell_of(table: &[BlockId], block_size: u32, pos: usize) -> Option<u64> {
@@ -361,6 +404,8 @@ pub struct KvArena {
     /// Cached tails by the chain key of the blocks before them.
     tails: HashMap<Option<PrefixKey>, Vec<BlockId>>,
     seqs: HashMap<SeqId, Seq>,
+    /// Whether a prompt may reuse part of a full cached block by a cell copy.
+    cell_copies: bool,
     tick: u64,
     n_prefill: usize,
     n_decode: usize,
@@ -388,6 +433,7 @@ impl KvArena {
             prefix: HashMap::new(),
             tails: HashMap::new(),
             seqs: HashMap::new(),
+            cell_copies: false,
             tick: 0,
             n_prefill: 0,
             n_decode: 0,
@@ -403,6 +449,12 @@ impl KvArena {
     /// An arena with the layout's number of blocks and block size.
     pub fn from_layout(layout: &KvLayout) -> Self {
         Self::new(layout.n_blocks(), layout.params.block_size)
+    }
+
+    /// Lets [`Self::start_sequence`] reuse the first cells of a full cached block by a copy
+    /// (see the module docs); the caller must then make every [`SeqStart::copy`] it returns.
+    pub fn set_cell_copies(&mut self, on: bool) {
+        self.cell_copies = on;
     }
 
     /// Cells per block.
@@ -483,11 +535,66 @@ impl KvArena {
         best
     }
 
+    /// The full cached block after the prompt's first `k` blocks (chain key `parent`) whose
+    /// first cells the prompt repeats furthest, as (block, tokens), leaving at least two prompt
+    /// tokens to compute (as `match_tail`). Only with cell copies on. A scan of the cached
+    /// blocks: a few thousand at most, once per request.
+    fn match_copy(&self, parent: Option<PrefixKey>, k: usize, prompt: &[u32]) -> Option<(BlockId, usize)> {
+        if !self.cell_copies {
+            return None;
+        }
+        let rest = prompt.get(k * self.bs()..)?;
+        let limit = rest.len().saturating_sub(2);
+        let mut best: Option<(BlockId, usize)> = None;
+        for &b in self.prefix.values() {
+            let BlockState::Cached(c) = &self.blocks[b.index()] else {
+                continue;
+            };
+            if c.depth != k || c.parent != parent {
+                continue;
+            }
+            let m = c.tokens.iter().zip(rest).take_while(|(a, b)| a == b).count().min(limit);
+            if m > 0 && best.is_none_or(|(_, bm)| m > bm) {
+                best = Some((b, m));
+            }
+        }
+        best
+    }
+
+    /// How the prompt's tokens after its shared blocks (`shared`, chain key `parent`) are
+    /// reused: from a tail, or by a copy when that reuses more and a block is there for it
+    /// (free, or idle and neither the source nor one of `shared`, which the start pins).
+    fn match_partial(&self, parent: Option<PrefixKey>, shared: &[BlockId], prompt: &[u32]) -> Option<Partial> {
+        let k = shared.len();
+        let tail = self.match_tail(parent, k, prompt).map(|(b, m)| Partial::Tail(b, m));
+        let copy = self.match_copy(parent, k, prompt).filter(|&(from, _)| {
+            !self.free.is_empty() || self.lru.values().any(|&b| b != from && !shared.contains(&b))
+        });
+        let copy = copy.map(|(b, m)| Partial::Copy(b, m));
+        match (tail, copy) {
+            (Some(t), Some(c)) if c.tokens() > t.tokens() => Some(c),
+            (t, c) => t.or(c),
+        }
+    }
+
     /// Prompt tokens [`Self::start_sequence`] would reuse now (no state change).
     pub fn lookup_prefix(&self, prompt: &[u32]) -> usize {
         let (shared, parent) = self.match_prefix(prompt);
-        let tail = self.match_tail(parent, shared.len(), prompt).map_or(0, |(_, m)| m);
-        shared.len() * self.bs() + tail
+        let partial = self.match_partial(parent, &shared, prompt).map_or(0, |p| p.tokens());
+        shared.len() * self.bs() + partial
+    }
+
+    /// A block for a copy's destination: a free one, else the least recently used idle cached
+    /// block other than the copy's source (evicted). `None` when there is none. Call after
+    /// pinning the shared blocks.
+    fn take_block_except(&mut self, source: BlockId) -> Option<BlockId> {
+        if let Some(b) = self.free.pop() {
+            return Some(b);
+        }
+        let (&tick, &b) = self.lru.iter().find(|(_, &b)| b != source)?;
+        self.lru.remove(&tick);
+        self.evict_block(b);
+        Some(b)
     }
 
     /// Takes cached tail `b` out of the cache (its tails entry and its LRU entry).
@@ -541,7 +648,7 @@ impl KvArena {
             return Err(KvError::SequenceExists(seq));
         }
         let (shared, parent) = self.match_prefix(prompt);
-        let tail = self.match_tail(parent, shared.len(), prompt);
+        let partial = self.match_partial(parent, &shared, prompt);
         for &b in &shared {
             let BlockState::Cached(c) = &mut self.blocks[b.index()] else {
                 unreachable!("matched blocks are cached")
@@ -553,15 +660,29 @@ impl KvArena {
         }
         let n_shared = shared.len();
         let mut table = shared;
-        let mut tail_tokens = 0;
-        if let Some((b, m)) = tail {
-            self.take_tail(b);
-            self.blocks[b.index()] = BlockState::Owned { seq };
-            *self.owner_counter(owner) += 1;
-            table.push(b);
-            tail_tokens = m;
+        let (mut tail_tokens, mut copied_tokens, mut copy) = (0, 0, None);
+        match partial {
+            Some(Partial::Tail(b, m)) => {
+                self.take_tail(b);
+                self.blocks[b.index()] = BlockState::Owned { seq };
+                *self.owner_counter(owner) += 1;
+                table.push(b);
+                tail_tokens = m;
+            }
+            Some(Partial::Copy(from, m)) => {
+                // The source stays cached, and the shared blocks are pinned by now: a block
+                // other than those is there (`match_partial` checked).
+                let to = self.take_block_except(from).expect("room for the copy checked");
+                self.blocks[to.index()] = BlockState::Owned { seq };
+                *self.owner_counter(owner) += 1;
+                table.push(to);
+                self.touch(from);
+                copied_tokens = m;
+                copy = Some(CellCopy { from, to, cells: m });
+            }
+            None => {}
         }
-        let reused = n_shared * self.bs() + tail_tokens;
+        let reused = n_shared * self.bs() + tail_tokens + copied_tokens;
         self.prefix_lookups += 1;
         if reused > 0 {
             self.prefix_hits += 1;
@@ -571,6 +692,8 @@ impl KvArena {
             reused_tokens: reused,
             reused_blocks: n_shared,
             tail_tokens,
+            copied_tokens,
+            copy,
         };
         self.seqs.insert(
             seq,
@@ -821,6 +944,7 @@ impl KvArena {
                     let tick = self.next_tick();
                     self.blocks[b.index()] = BlockState::Cached(CachedBlock {
                         key,
+                        parent: i.checked_sub(1).map(|p| keys[p]),
                         depth: i,
                         tokens: s.tokens[i * bs..(i + 1) * bs].into(),
                         sharers: Vec::new(),
@@ -1074,6 +1198,9 @@ impl KvArena {
                     if self.prefix.get(&c.key) != Some(&b) {
                         return Err(format!("cached {b:?} not in prefix map under its key"));
                     }
+                    if c.parent.is_none() != (c.depth == 0) || c.key != chain_key(c.parent.as_ref(), &c.tokens) {
+                        return Err(format!("cached {b:?}: its key is not the chain of its parent and tokens"));
+                    }
                     let mut a = c.sharers.clone();
                     a.sort_unstable();
                     let mut r = refs[i].clone();
@@ -1185,7 +1312,9 @@ mod tests {
             SeqStart {
                 reused_tokens: 9,
                 reused_blocks: 2,
-                tail_tokens: 1
+                tail_tokens: 1,
+                copied_tokens: 0,
+                copy: None,
             }
         );
         assert_eq!(a.seq_len(2), Some(9));
@@ -1207,6 +1336,54 @@ mod tests {
         assert_eq!(a.evict_all_cached(), 2);
         assert_eq!(a.stats().free_blocks, 16);
         a.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn a_prompt_ending_inside_a_full_cached_block_copies_its_cells() {
+        // Prompt of 7 tokens, 5 generated: blocks [0..4) and [4..8) cached, [8..12) cached too.
+        let mut a = KvArena::new(4, 4);
+        a.set_cell_copies(true);
+        let run = toks(12, 100);
+        let p = &run[..7];
+        a.start_sequence(1, p, Owner::Prefill).unwrap();
+        a.reserve(1, 12).unwrap();
+        a.commit_tokens(1, &run).unwrap();
+        let f = a.finish(1).unwrap();
+        assert_eq!((f.cached_blocks, f.tail_blocks), (3, 0));
+        let source = BlockId(1);
+        assert_eq!(a.block_info(source).unwrap().first_pos, Some(4));
+
+        // The same prompt: block 0 shared, 1 of block 1's cells copied (two tokens left).
+        assert_eq!(a.lookup_prefix(p), 5);
+        let s = a.start_sequence(2, p, Owner::Prefill).unwrap();
+        let to = a.block_table(2).unwrap()[1];
+        assert_eq!(s, SeqStart { reused_tokens: 5, reused_blocks: 1, tail_tokens: 0, copied_tokens: 1, copy: Some(CellCopy { from: source, to, cells: 1 }) });
+        // The only free block went to the copy; the source stays cached.
+        assert_eq!(to, BlockId(3));
+        assert_eq!(a.block_owner(source), Some(Owner::CachedPrefix));
+        assert_eq!(a.seq_len(2), Some(5));
+        assert_eq!(a.stats().prefill_blocks, 1);
+        a.check_invariants().unwrap();
+
+        // Another one: no free block, so the least recently used idle block other than the
+        // source is evicted (block 2, the chain's end), and block 1 is copied again.
+        let s = a.start_sequence(3, p, Owner::Prefill).unwrap();
+        assert_eq!(s.copy, Some(CellCopy { from: source, to: BlockId(2), cells: 1 }));
+        assert_eq!(a.stats().evictions, 1);
+        a.check_invariants().unwrap();
+        // A third finds no block at all: the shared block only.
+        let s = a.start_sequence(4, p, Owner::Prefill).unwrap();
+        assert_eq!((s.reused_tokens, s.copy), (4, None));
+        a.check_invariants().unwrap();
+
+        // Without copies the arena never offers one.
+        let mut b = KvArena::new(4, 4);
+        b.start_sequence(1, p, Owner::Prefill).unwrap();
+        b.reserve(1, 12).unwrap();
+        b.commit_tokens(1, &run).unwrap();
+        b.finish(1).unwrap();
+        assert_eq!(b.lookup_prefix(p), 4);
+        assert_eq!(b.start_sequence(2, p, Owner::Prefill).unwrap().copy, None);
     }
 
     #[test]

@@ -17,7 +17,7 @@ pub mod arena;
 pub mod layout;
 
 pub use arena::{
-    cell_of, chain_key, ArenaStats, BlockId, BlockInfo, Cancelled, Finished, KvArena, KvError,
+    cell_of, chain_key, ArenaStats, BlockId, BlockInfo, Cancelled, CellCopy, Finished, KvArena, KvError,
     Owner, PrefixKey, Reserved, SeqId, SeqStart,
 };
 pub use layout::{

@@ -9,6 +9,8 @@
 //!   tables at every commit, still holds every running sequence's tokens at every position,
 //!   including the positions served from reused prefix blocks;
 //! * prefix reuse is exact while nothing was evicted, and never more than what was cached;
+//!   with cell copies on, the harness makes every copy the arena asks for in its memory, so the
+//!   memory check also covers the copied cells;
 //! * a failed reserve changes nothing.
 //!
 //! At the end every request is ended (finished or cancelled): all blocks are free or cached;
@@ -92,9 +94,11 @@ struct Harness {
 }
 
 impl Harness {
-    fn new(n_blocks: u32, bs: u32) -> Self {
+    fn new(n_blocks: u32, bs: u32, cell_copies: bool) -> Self {
+        let mut arena = KvArena::new(n_blocks, bs);
+        arena.set_cell_copies(cell_copies);
         Harness {
-            arena: KvArena::new(n_blocks, bs),
+            arena,
             bs: bs as usize,
             mem: vec![None; n_blocks as usize * bs as usize],
             running: Vec::new(),
@@ -152,17 +156,29 @@ impl Harness {
                 let lookup = self.arena.lookup_prefix(prompt);
                 let s = self.arena.start_sequence(id, prompt, owner).unwrap();
                 prop_assert_eq!(s.reused_tokens, lookup);
-                prop_assert_eq!(s.reused_blocks * self.bs + s.tail_tokens, s.reused_tokens);
-                prop_assert!(s.tail_tokens < self.bs);
+                prop_assert_eq!(s.reused_blocks * self.bs + s.tail_tokens + s.copied_tokens, s.reused_tokens);
+                prop_assert!(s.tail_tokens < self.bs && s.copied_tokens < self.bs);
+                prop_assert!(s.tail_tokens == 0 || s.copied_tokens == 0);
+                prop_assert_eq!(s.copy.map_or(0, |c| c.cells), s.copied_tokens);
+                if let Some(c) = s.copy {
+                    let table = self.arena.block_table(id).unwrap();
+                    prop_assert_eq!(table.last(), Some(&c.to));
+                    prop_assert_eq!(table.len(), s.reused_blocks + 1);
+                    prop_assert_eq!(self.arena.block_owner(c.from), Some(Owner::CachedPrefix));
+                    prop_assert!(!table.contains(&c.from));
+                    for i in 0..c.cells {
+                        self.mem[c.to.0 as usize * self.bs + i] = self.mem[c.from.0 as usize * self.bs + i];
+                    }
+                }
                 prop_assert!(s.reused_tokens < len.max(1), "reused the whole prompt");
                 // Whole blocks: exactly what the cache was given while nothing was evicted.
                 prop_assert!(s.reused_blocks * self.bs <= expected_max);
                 if self.arena.stats().evictions == 0 {
                     prop_assert_eq!(s.reused_blocks * self.bs, expected_max, "missed a cached prefix");
                 }
-                // A tail's tokens: a finished request held this whole reused prefix.
-                if s.tail_tokens > 0 {
-                    prop_assert!(s.reused_tokens + 2 <= len, "a tail left fewer than two tokens");
+                // A tail's or a copy's tokens: a finished request held this whole reused prefix.
+                if s.tail_tokens + s.copied_tokens > 0 {
+                    prop_assert!(s.reused_tokens + 2 <= len, "a tail or copy left fewer than two tokens");
                     let held = self.finished_tokens.iter().any(|f| f.iter().zip(prompt).take_while(|(a, b)| a == b).count() >= s.reused_tokens);
                     prop_assert!(held, "reused {} tokens no finished request held", s.reused_tokens);
                 }
@@ -402,10 +418,11 @@ impl Harness {
 fn run_ops(
     n_blocks: u32,
     bs: u32,
+    cell_copies: bool,
     ops: &[Op],
     finish_at_end: &[bool],
 ) -> Result<(), TestCaseError> {
-    let mut h = Harness::new(n_blocks, bs);
+    let mut h = Harness::new(n_blocks, bs, cell_copies);
     let start = h.arena.clone();
     h.check()?;
     for op in ops {
@@ -451,10 +468,11 @@ proptest! {
     fn small_arena_random_ops(
         n_blocks in 1u32..12,
         bs in prop_oneof![Just(1u32), Just(2), Just(3), Just(4)],
+        copies in any::<bool>(),
         ops in proptest::collection::vec(op_strategy(), 1..120),
         fin in proptest::collection::vec(any::<bool>(), 0..16),
     ) {
-        run_ops(n_blocks, bs, &ops, &fin)?;
+        run_ops(n_blocks, bs, copies, &ops, &fin)?;
     }
 
     /// Roomy arenas: long runs without eviction, so prefix reuse is checked exactly.
@@ -462,10 +480,11 @@ proptest! {
     fn large_arena_random_ops(
         n_blocks in 24u32..80,
         bs in prop_oneof![Just(2u32), Just(4), Just(16)],
+        copies in any::<bool>(),
         ops in proptest::collection::vec(op_strategy(), 1..200),
         fin in proptest::collection::vec(any::<bool>(), 0..16),
     ) {
-        run_ops(n_blocks, bs, &ops, &fin)?;
+        run_ops(n_blocks, bs, copies, &ops, &fin)?;
     }
 }
 

@@ -12,9 +12,9 @@ use strata_gpu::cpu::{CpuOptions, CpuPlan};
 use strata_gpu::kv_memory::HostKvMemory;
 use strata_gpu::vulkan::{ContextOptions, KvSource, VulkanContext, VulkanOptions, VulkanPlan};
 use strata_gpu::{DeviceError, DeviceKind, ForwardPlan, StepBatch};
-use strata_kv::{KvArena, KvError, KvLayout, KvShape, LayoutParams, Owner, SeqId};
+use strata_kv::{CellCopy, KvArena, KvError, KvLayout, KvShape, LayoutParams, Owner, SeqId};
 
-use crate::kv_broker::{BrokerError, KvBroker, KvBrokerHandle};
+use crate::kv_broker::{BrokerError, CellCopier, KvBroker, KvBrokerHandle};
 use strata_model::sampling::{Sampler, SamplingParams};
 
 /// Sizes of the engine's step buffers and KV arena.
@@ -215,10 +215,17 @@ impl Engine {
         let vk_opts = || VulkanOptions { max_batch_tokens: opts.ubatch, max_outputs: opts.max_outputs, block_size: opts.block_size, max_context: opts.max_context, max_seqs: opts.max_seqs.max(1) };
         // Whether a GPU (not a CPU, nor a Vulkan driver running on the CPU) decodes.
         let mut gpu_decode = false;
+        // The KV arena in host memory, where it is: the KV broker copies cells there.
+        let mut host_kv: Option<Arc<HostKvMemory>> = None;
         let (plan, decode_plan): (Box<dyn ForwardPlan>, Option<Box<dyn ForwardPlan>>) = match (prefill, decode) {
-            (DeviceKind::Cpu, DeviceKind::Cpu) => (Box::new(Self::cpu_plan(&model, &opts, Arc::new(HostKvMemory::allocate_for(&layout)?))?), None),
+            (DeviceKind::Cpu, DeviceKind::Cpu) => {
+                let host = Arc::new(HostKvMemory::allocate_for(&layout)?);
+                host_kv = Some(host.clone());
+                (Box::new(Self::cpu_plan(&model, &opts, host)?), None)
+            }
             (DeviceKind::Cpu, DeviceKind::Vulkan(i)) => {
                 let host = Arc::new(HostKvMemory::allocate_for(&layout)?);
+                host_kv = Some(host.clone());
                 let cpu = Self::cpu_plan(&model, &opts, host.clone())?;
                 let ctx = vk_context(i)?;
                 gpu_decode = !ctx.info().is_cpu();
@@ -228,7 +235,13 @@ impl Engine {
             (DeviceKind::Vulkan(a), DeviceKind::Vulkan(b)) if a == b => {
                 let ctx = vk_context(a)?;
                 gpu_decode = !ctx.info().is_cpu();
-                let kv = if opts.kv_in_host_memory { KvSource::ImportHost(Arc::new(HostKvMemory::allocate_for(&layout)?)) } else { KvSource::Allocate(layout.clone()) };
+                let kv = if opts.kv_in_host_memory {
+                    let host = Arc::new(HostKvMemory::allocate_for(&layout)?);
+                    host_kv = Some(host.clone());
+                    KvSource::ImportHost(host)
+                } else {
+                    KvSource::Allocate(layout.clone())
+                };
                 (Box::new(VulkanPlan::compile(&ctx, model.graph.clone(), &model.file, kv, vk_opts())?), None)
             }
             (p, d) => return Err(DeviceError::Unsupported { device: format!("{p}+{d}"), what: format!("prefill on {p} with decode on {d} (supported: cpu+cpu, cpu+vulkan:N, vulkan:N+vulkan:N)") }.into()),
@@ -239,7 +252,17 @@ impl Engine {
             None if gpu_decode => std::time::Duration::from_millis(5),
             None => std::time::Duration::ZERO,
         };
-        let kv_broker = KvBroker::start_polling(KvArena::from_layout(&layout), poll).map_err(|e| DeviceError::Unsupported { device: "kv".into(), what: format!("starting the KV broker: {e}") })?;
+        let block_cells = layout.params.block_size as u64;
+        let copier = host_kv.map(|mem| -> CellCopier {
+            Box::new(move |c: CellCopy| {
+                let (from, to) = (u64::from(c.from.0) * block_cells, u64::from(c.to.0) * block_cells);
+                // SAFETY: the broker copies from a cached block (read-only) into a block it has
+                // just given to a sequence that has not run yet, between steps: no device reads
+                // or writes either range meanwhile.
+                unsafe { mem.copy_cells(from, to, c.cells as u64) }.map_err(|e| e.to_string())
+            })
+        });
+        let kv_broker = KvBroker::start_with(KvArena::from_layout(&layout), poll, copier).map_err(|e| DeviceError::Unsupported { device: "kv".into(), what: format!("starting the KV broker: {e}") })?;
         Ok(Engine { model, plan, decode_plan, kv: kv_broker, layout, opts, next_seq: 1 })
     }
 

@@ -10,7 +10,7 @@
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
-use strata_kv::{ArenaStats, KvArena, KvError, Owner, SeqId, SeqStart};
+use strata_kv::{ArenaStats, CellCopy, KvArena, KvError, Owner, SeqId, SeqStart};
 use tokio::sync::oneshot;
 
 /// Room made for one sequence in one step.
@@ -32,6 +32,11 @@ pub enum BrokerError {
 }
 
 type Reply<T> = oneshot::Sender<T>;
+
+/// Copies cells between two blocks of the KV memory (what [`SeqStart::copy`] asks for). The
+/// broker calls it before it answers the start, so no other command can touch either block
+/// meanwhile.
+pub type CellCopier = Box<dyn FnMut(CellCopy) -> Result<(), String> + Send>;
 
 enum Command {
     Start { seq: SeqId, prompt: Vec<u32>, owner: Owner, reply: Reply<Result<SeqStart, KvError>> },
@@ -79,8 +84,18 @@ impl KvBroker {
     /// # Errors
     /// The thread could not be spawned.
     pub fn start_polling(arena: KvArena, poll: Duration) -> std::io::Result<KvBrokerHandle> {
+        KvBroker::start_with(arena, poll, None)
+    }
+
+    /// As [`KvBroker::start_polling`]; with a `copier` for the KV memory, a prompt may also
+    /// reuse the first cells of a full cached block by a copy (see [`KvArena::set_cell_copies`]).
+    ///
+    /// # Errors
+    /// The thread could not be spawned.
+    pub fn start_with(mut arena: KvArena, poll: Duration, copier: Option<CellCopier>) -> std::io::Result<KvBrokerHandle> {
+        arena.set_cell_copies(copier.is_some());
         let (tx, rx) = crossbeam_channel::bounded(MAILBOX);
-        std::thread::Builder::new().name("strata-kv-broker".into()).spawn(move || serve(arena, rx, poll))?;
+        std::thread::Builder::new().name("strata-kv-broker".into()).spawn(move || serve(arena, rx, poll, copier))?;
         Ok(KvBrokerHandle { tx, poll })
     }
 }
@@ -108,11 +123,31 @@ fn next_command(rx: &Receiver<Command>, poll: Duration) -> Option<Command> {
     polled.unwrap_or_else(|| rx.recv().ok())
 }
 
-fn serve(mut arena: KvArena, rx: Receiver<Command>, poll: Duration) {
+/// Starts a sequence and makes the copy its start asks for. A copy that fails turns copies off
+/// for good (the memory behind the copier is not what the arena thinks) and starts the
+/// sequence again without one: the request computes those tokens instead.
+fn start_sequence(arena: &mut KvArena, copier: &mut Option<CellCopier>, seq: SeqId, prompt: &[u32], owner: Owner) -> Result<SeqStart, KvError> {
+    let s = arena.start_sequence(seq, prompt, owner)?;
+    let (Some(copy), Some(copy_cells)) = (s.copy, copier.as_mut()) else {
+        return Ok(s);
+    };
+    match copy_cells(copy) {
+        Ok(()) => Ok(s),
+        Err(e) => {
+            tracing::warn!(error = %e, ?copy, "KV cell copy failed; prefix-cache copies are off from now on");
+            *copier = None;
+            arena.set_cell_copies(false);
+            arena.cancel(seq)?;
+            arena.start_sequence(seq, prompt, owner)
+        }
+    }
+}
+
+fn serve(mut arena: KvArena, rx: Receiver<Command>, poll: Duration, mut copier: Option<CellCopier>) {
     while let Some(cmd) = next_command(&rx, poll) {
         match cmd {
             Command::Start { seq, prompt, owner, reply } => {
-                let _ = reply.send(arena.start_sequence(seq, &prompt, owner));
+                let _ = reply.send(start_sequence(&mut arena, &mut copier, seq, &prompt, owner));
             }
             Command::Reserve { batch, reply } => {
                 let out = batch
@@ -251,5 +286,40 @@ mod tests {
         let r = h.reserve_batch(vec![(1, 8), (2, 1)]).expect("broker alive");
         assert!(r[0].is_ok());
         assert!(matches!(r[1], Err(KvError::Full { .. })), "{:?}", r[1]);
+    }
+
+    #[test]
+    fn the_broker_makes_each_copy_before_it_answers_and_turns_copies_off_when_one_fails() {
+        use std::sync::{Arc, Mutex};
+        let made: Arc<Mutex<Vec<CellCopy>>> = Arc::default();
+        let log = made.clone();
+        let fail = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let failing = fail.clone();
+        let copier: CellCopier = Box::new(move |c| {
+            if failing.load(std::sync::atomic::Ordering::SeqCst) {
+                return Err("device gone".into());
+            }
+            log.lock().expect("lock").push(c);
+            Ok(())
+        });
+        let h = KvBroker::start_with(KvArena::new(8, 4), Duration::ZERO, Some(copier)).expect("broker");
+        // Prompt of 6 tokens and 2 generated: two full blocks cached.
+        h.start(1, &[1, 2, 3, 4, 5, 6], Owner::Prefill).expect("start");
+        h.reserve_batch(vec![(1, 8)]).expect("broker alive")[0].as_ref().expect("room");
+        h.commit_batch(vec![(1, vec![1, 2, 3, 4, 5, 6, 9, 9])]).expect("commit");
+        h.end(1, true).expect("finish");
+        let s = h.start(2, &[1, 2, 3, 4, 5, 6, 7], Owner::Prefill).expect("start");
+        assert_eq!((s.reused_tokens, s.copied_tokens), (5, 1));
+        assert_eq!(made.lock().expect("lock").as_slice(), &[s.copy.expect("a copy")], "made before the answer");
+        // A failing copy: the sequence starts without it, and no copy is offered again.
+        fail.store(true, std::sync::atomic::Ordering::SeqCst);
+        let s = h.start(3, &[1, 2, 3, 4, 5, 6, 8], Owner::Prefill).expect("start");
+        assert_eq!((s.reused_tokens, s.copy), (4, None));
+        fail.store(false, std::sync::atomic::Ordering::SeqCst);
+        let s = h.start(4, &[1, 2, 3, 4, 5, 6, 8], Owner::Prefill).expect("start");
+        assert_eq!((s.reused_tokens, s.copy), (4, None));
+        assert_eq!(made.lock().expect("lock").len(), 1);
+        let st = h.stats().expect("stats");
+        assert_eq!(st.sequences, 3);
     }
 }
