@@ -322,6 +322,8 @@ fn every_dashboard_and_alert_expression_returns_series_from_a_real_prometheus() 
     at_least("strata_http_errors_total{status=\"400\"}", 1.0);
     at_least("strata_prefix_cache_hits_total", 1.0);
     at_least("strata_prefix_cache_reused_tokens_total", 16.0);
+    // The repeated prompt ends inside a full block (its first run generated past it).
+    at_least("strata_prefix_cache_copied_tokens_total", 1.0);
     at_least("strata_time_to_first_token_seconds_count", 4.0);
     at_least("strata_generated_tokens_total", 8.0);
     at_least("strata_kv_handoffs_total", 4.0);

@@ -46,6 +46,8 @@ pub const PREFIX_CACHE_QUERIES: &str = "strata_prefix_cache_queries_total";
 pub const PREFIX_CACHE_HITS: &str = "strata_prefix_cache_hits_total";
 /// Prompt tokens served from the prefix cache instead of being prefilled (counter).
 pub const PREFIX_CACHE_REUSED_TOKENS: &str = "strata_prefix_cache_reused_tokens_total";
+/// Reused prompt tokens that came by copying the cells of a full cached block (counter).
+pub const PREFIX_CACHE_COPIED_TOKENS: &str = "strata_prefix_cache_copied_tokens_total";
 /// Blocks that entered the prefix cache (counter).
 pub const PREFIX_CACHE_INSERTED_BLOCKS: &str = "strata_prefix_cache_inserted_blocks_total";
 
@@ -124,6 +126,7 @@ pub const ALL: &[MetricDef] = &[
     def(PREFIX_CACHE_QUERIES, Kind::Counter, Some(Unit::Count), "Sequences that looked up the prefix cache."),
     def(PREFIX_CACHE_HITS, Kind::Counter, Some(Unit::Count), "Sequences that reused at least one cached prefix block."),
     def(PREFIX_CACHE_REUSED_TOKENS, Kind::Counter, Some(Unit::Count), "Prompt tokens served from the prefix cache instead of prefilled."),
+    def(PREFIX_CACHE_COPIED_TOKENS, Kind::Counter, Some(Unit::Count), "Reused prompt tokens that came by copying the cells of a full cached block into the request's own block (part of the reused tokens)."),
     def(PREFIX_CACHE_INSERTED_BLOCKS, Kind::Counter, Some(Unit::Count), "KV blocks that entered the prefix cache."),
     def(TIME_TO_FIRST_TOKEN, Kind::Histogram, Some(Unit::Seconds), "Arrival at the scheduler to the first sampled token (queue plus prefill)."),
     def(TIME_PER_OUTPUT_TOKEN, Kind::Histogram, Some(Unit::Seconds), "Mean decode time per output token after the first; one sample per finished request."),
@@ -358,6 +361,7 @@ pub struct SchedulerMetrics {
     prefix_queries: Counter,
     prefix_hits: Counter,
     reused_tokens: Counter,
+    copied_tokens: Counter,
     handoffs: Counter,
     generated: Counter,
     finished: [Counter; 4],
@@ -400,6 +404,7 @@ impl SchedulerMetrics {
             prefix_queries: counter!(PREFIX_CACHE_QUERIES),
             prefix_hits: counter!(PREFIX_CACHE_HITS),
             reused_tokens: counter!(PREFIX_CACHE_REUSED_TOKENS),
+            copied_tokens: counter!(PREFIX_CACHE_COPIED_TOKENS),
             handoffs: counter!(KV_HANDOFFS),
             generated: counter!(GENERATED_TOKENS),
             finished: FINISH_REASONS.map(|r| counter!(REQUESTS_FINISHED, "reason" => r)),
@@ -440,6 +445,7 @@ impl SchedulerMetrics {
         self.prefix_queries.absolute(arena.prefix_lookups);
         self.prefix_hits.absolute(arena.prefix_hits);
         self.reused_tokens.absolute(arena.reused_tokens);
+        self.copied_tokens.absolute(arena.copied_tokens);
     }
 
     /// A request left the queue (admitted, cancelled while waiting, or refused at shutdown).

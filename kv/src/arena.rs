@@ -277,6 +277,8 @@ pub struct ArenaStats {
     pub prefix_hits: u64,
     /// Prompt tokens reused so far.
     pub reused_tokens: u64,
+    /// Of those, tokens reused by a cell copy ([`SeqStart::copy`]).
+    pub copied_tokens: u64,
 }
 
 /// Everything the arena knows about one block.
@@ -415,6 +417,7 @@ pub struct KvArena {
     prefix_lookups: u64,
     prefix_hits: u64,
     reused_tokens: u64,
+    copied_tokens: u64,
 }
 
 impl KvArena {
@@ -443,6 +446,7 @@ impl KvArena {
             prefix_lookups: 0,
             prefix_hits: 0,
             reused_tokens: 0,
+            copied_tokens: 0,
         }
     }
 
@@ -687,6 +691,7 @@ impl KvArena {
         if reused > 0 {
             self.prefix_hits += 1;
             self.reused_tokens += reused as u64;
+            self.copied_tokens += copied_tokens as u64;
         }
         let start = SeqStart {
             reused_tokens: reused,
@@ -1098,6 +1103,7 @@ impl KvArena {
             prefix_lookups: self.prefix_lookups,
             prefix_hits: self.prefix_hits,
             reused_tokens: self.reused_tokens,
+            copied_tokens: self.copied_tokens,
         }
     }
 
@@ -1363,6 +1369,7 @@ mod tests {
         assert_eq!(a.block_owner(source), Some(Owner::CachedPrefix));
         assert_eq!(a.seq_len(2), Some(5));
         assert_eq!(a.stats().prefill_blocks, 1);
+        assert_eq!((a.stats().reused_tokens, a.stats().copied_tokens), (5, 1));
         a.check_invariants().unwrap();
 
         // Another one: no free block, so the least recently used idle block other than the
