@@ -403,6 +403,8 @@ pub struct KvArena {
     /// Idle cached blocks by release tick: first = least recently used.
     lru: BTreeMap<u64, BlockId>,
     prefix: HashMap<PrefixKey, BlockId>,
+    /// Cached full blocks by the chain key of the blocks before them (what a copy looks up).
+    children: HashMap<Option<PrefixKey>, Vec<BlockId>>,
     /// Cached tails by the chain key of the blocks before them.
     tails: HashMap<Option<PrefixKey>, Vec<BlockId>>,
     seqs: HashMap<SeqId, Seq>,
@@ -434,6 +436,7 @@ impl KvArena {
             free: (0..n_blocks).rev().map(BlockId).collect(),
             lru: BTreeMap::new(),
             prefix: HashMap::new(),
+            children: HashMap::new(),
             tails: HashMap::new(),
             seqs: HashMap::new(),
             cell_copies: false,
@@ -541,8 +544,7 @@ impl KvArena {
 
     /// The full cached block after the prompt's first `k` blocks (chain key `parent`) whose
     /// first cells the prompt repeats furthest, as (block, tokens), leaving at least two prompt
-    /// tokens to compute (as `match_tail`). Only with cell copies on. A scan of the cached
-    /// blocks: a few thousand at most, once per request.
+    /// tokens to compute (as `match_tail`). Only with cell copies on.
     fn match_copy(&self, parent: Option<PrefixKey>, k: usize, prompt: &[u32]) -> Option<(BlockId, usize)> {
         if !self.cell_copies {
             return None;
@@ -550,7 +552,7 @@ impl KvArena {
         let rest = prompt.get(k * self.bs()..)?;
         let limit = rest.len().saturating_sub(2);
         let mut best: Option<(BlockId, usize)> = None;
-        for &b in self.prefix.values() {
+        for &b in self.children.get(&parent)? {
             let BlockState::Cached(c) = &self.blocks[b.index()] else {
                 continue;
             };
@@ -618,6 +620,12 @@ impl KvArena {
             BlockState::Cached(c) => {
                 debug_assert!(c.sharers.is_empty());
                 self.prefix.remove(&c.key);
+                if let Some(v) = self.children.get_mut(&c.parent) {
+                    v.retain(|&x| x != b);
+                    if v.is_empty() {
+                        self.children.remove(&c.parent);
+                    }
+                }
                 c.lru_tick
             }
             BlockState::Tail(t) => {
@@ -957,6 +965,7 @@ impl KvArena {
                     });
                     self.lru.insert(tick, b);
                     self.prefix.insert(key, b);
+                    self.children.entry(i.checked_sub(1).map(|p| keys[p])).or_default().push(b);
                     self.n_cached += 1;
                     self.cache_inserts += 1;
                     out.cached_blocks += 1;
@@ -1207,6 +1216,9 @@ impl KvArena {
                     if c.parent.is_none() != (c.depth == 0) || c.key != chain_key(c.parent.as_ref(), &c.tokens) {
                         return Err(format!("cached {b:?}: its key is not the chain of its parent and tokens"));
                     }
+                    if !self.children.get(&c.parent).is_some_and(|v| v.contains(&b)) {
+                        return Err(format!("cached {b:?} not in the children map under its parent"));
+                    }
                     let mut a = c.sharers.clone();
                     a.sort_unstable();
                     let mut r = refs[i].clone();
@@ -1242,6 +1254,9 @@ impl KvArena {
                 self.prefix.len(),
                 self.n_cached
             ));
+        }
+        if self.children.values().map(Vec::len).sum::<usize>() != n_cached || self.children.values().any(Vec::is_empty) {
+            return Err(format!("children map lists {} blocks, {n_cached} cached", self.children.values().map(Vec::len).sum::<usize>()));
         }
         if self.tails.values().map(Vec::len).sum::<usize>() != n_tails || self.tails.values().any(Vec::is_empty) {
             return Err(format!("tails map lists {} blocks, {n_tails} tails", self.tails.values().map(Vec::len).sum::<usize>()));
