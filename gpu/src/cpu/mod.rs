@@ -62,6 +62,10 @@ unsafe impl<T> Send for SharedMut<T> {}
 // SAFETY: as above.
 unsafe impl<T> Sync for SharedMut<T> {}
 
+/// Writes row `t` of a product's input (the op before the product, run in the product's
+/// quantization pass by the thread that then quantizes the row).
+type RowProducer<'a> = dyn Fn(usize, &mut [f32]) + Sync + 'a;
+
 /// Per-thread scratch space.
 #[derive(Default)]
 struct Scratch {
@@ -75,7 +79,7 @@ struct WeightSlot {
     /// Bytes of one row.
     row_bytes: usize,
     /// Norm weights and biases, dequantized once.
-    small: Option<Vec<f32>>,
+    small: Option<Arc<[f32]>>,
 }
 
 /// The forward graph compiled for the CPU.
@@ -135,7 +139,7 @@ impl CpuPlan {
             let small = if w.rows == 1 {
                 let mut v = vec![0f32; w.cols];
                 strata_quant::dequantize(w.ty, bytes, &mut v)?;
-                Some(v)
+                Some(Arc::from(v))
             } else {
                 None
             };
@@ -225,6 +229,24 @@ impl CpuPlan {
         self.weights[id.0 as usize].small.as_deref().unwrap_or(&[])
     }
 
+    /// As [`Self::small`], owned (for a closure that runs while the plan is borrowed mutably).
+    fn small_shared(&self, id: strata_model::graph::WeightId) -> Arc<[f32]> {
+        self.weights[id.0 as usize].small.clone().unwrap_or_else(|| Arc::from(Vec::new()))
+    }
+
+    /// Whether `op` is a product of `buf` over `rows` rows that writes none of `reads` (the
+    /// buffers the op before it reads), so that it can compute `buf`'s rows itself in its
+    /// quantization pass (`STRATA_CPU_FUSE_ROWS=0` turns this off, for comparison).
+    fn product_of(&self, op: Option<&Op>, buf: BufId, rows: usize, reads: [BufId; 2], n: usize, n_out: usize) -> bool {
+        static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        if *OFF.get_or_init(|| std::env::var("STRATA_CPU_FUSE_ROWS").as_deref() == Ok("0")) {
+            return false;
+        }
+        matches!(op, Some(Op::MatMul { input, outputs }) if *input == buf
+            && self.rows_of(buf, n, n_out) == rows
+            && outputs.iter().all(|p| p.out != buf && !reads.contains(&p.out)))
+    }
+
     fn rows_of(&self, buf: BufId, n_tokens: usize, n_outputs: usize) -> usize {
         match self.graph.buffer(buf).rows {
             Rows::Tokens => n_tokens,
@@ -248,9 +270,11 @@ impl CpuPlan {
 
     /// Quantizes `n` rows of `x` once per activation type the projections need (into `acts`) and
     /// repacks them once per weight type, in one parallel pass over the tokens: each thread packs
-    /// the tokens it quantized. Returns the packs and each projection's pack.
-    #[allow(clippy::type_complexity)]
-    fn quantize_and_pack(&self, x: &[f32], acts: &mut [(GgmlType, Vec<u8>)], spare: &mut Vec<strata_quant::PackedActivations>, outputs: &[Projection], n: usize, k: usize) -> Result<(Vec<(GgmlType, strata_quant::PackedActivations)>, Vec<usize>), strata_quant::QuantError> {
+    /// the tokens it quantized. With a `producer`, each thread first writes the rows it is about
+    /// to quantize (`producer(t, row t of x)`: the op before the product, in the same pass instead
+    /// of a parallel region of its own). Returns the packs and each projection's pack.
+    #[allow(clippy::type_complexity, clippy::too_many_arguments)]
+    fn quantize_and_pack(&self, x: &mut [f32], producer: Option<&RowProducer<'_>>, acts: &mut [(GgmlType, Vec<u8>)], spare: &mut Vec<strata_quant::PackedActivations>, outputs: &[Projection], n: usize, k: usize) -> Result<(Vec<(GgmlType, strata_quant::PackedActivations)>, Vec<usize>), strata_quant::QuantError> {
         let mut packs: Vec<(GgmlType, strata_quant::PackedActivations)> = Vec::new();
         let mut pack_of = Vec::with_capacity(outputs.len());
         for p in outputs {
@@ -273,14 +297,22 @@ impl CpuPlan {
         let packers: Vec<(GgmlType, strata_quant::ActivationPacker<'_>)> = packs.iter_mut().map(|(ty, p)| (Kernels::activation_type(*ty), p.packer())).collect();
         let kernels = self.kernels;
         let err = Mutex::new(None);
+        assert!(x.len() >= n * k, "{} input floats for {n} rows of {k}", x.len());
+        let xs = SharedMut(x.as_mut_ptr());
         self.par_ranges(n, ROW_OP_MIN_ROWS, |rows| {
             for t in rows {
+                // SAFETY: row t of the input (n rows of k floats, checked above) is written (by
+                // the producer) and read only by the thread whose range holds t.
+                let xrow = unsafe { std::slice::from_raw_parts_mut(xs.ptr().add(t * k), k) };
+                if let Some(produce) = producer {
+                    produce(t, xrow);
+                }
                 for (wty, at, dst, rb) in &targets {
                     // SAFETY: row t of the activation buffer (rb bytes at t*rb, inside the buffer
                     // sized for max_batch_tokens rows) is written by exactly one thread, which
                     // then reads it back below.
                     let row = unsafe { std::slice::from_raw_parts_mut(dst.ptr().add(t * rb), *rb) };
-                    let packed = kernels.quantize_activations(*wty, &x[t * k..(t + 1) * k], row).and_then(|()| {
+                    let packed = kernels.quantize_activations(*wty, xrow, row).and_then(|()| {
                         packers.iter().filter(|(a, _)| a == at).try_for_each(|(_, packer)| {
                             // SAFETY: token t is in this thread's range alone.
                             unsafe { packer.pack_token(t, row) }
@@ -299,13 +331,15 @@ impl CpuPlan {
         }
     }
 
-    fn matmul(&mut self, input: BufId, outputs: &[Projection], n_tokens: usize, n_outputs: usize) -> Result<(), DeviceError> {
+    /// The projections of `input`; with a `producer`, its rows are written in the quantization's
+    /// pass (see [`Self::quantize_and_pack`]).
+    fn matmul(&mut self, input: BufId, outputs: &[Projection], n_tokens: usize, n_outputs: usize, producer: Option<&RowProducer<'_>>) -> Result<(), DeviceError> {
         let n = self.rows_of(input, n_tokens, n_outputs);
         let k = self.graph.buffer(input).width;
-        let x = std::mem::take(&mut self.bufs[input.0 as usize]);
+        let mut x = std::mem::take(&mut self.bufs[input.0 as usize]);
         let mut acts = std::mem::take(&mut self.acts);
         let mut spare = std::mem::take(&mut self.spare_packs);
-        let prepared = self.quantize_and_pack(&x, &mut acts, &mut spare, outputs, n, k);
+        let prepared = self.quantize_and_pack(&mut x, producer, &mut acts, &mut spare, outputs, n, k);
         let (packs, pack_of) = match prepared {
             Ok(p) => p,
             Err(e) => {
@@ -553,6 +587,28 @@ impl CpuPlan {
                     let d = self.graph.buffer(*acc).width;
                     let mut x = std::mem::take(&mut self.bufs[acc.0 as usize]);
                     let y = std::mem::take(&mut self.bufs[other.0 as usize]);
+                    if let (true, Some(Op::MatMul { outputs, .. })) = (self.product_of(ops.get(next), *out, rows, [*acc, *other], n, n_out), ops.get(next)) {
+                        // The add and the norm in the product's quantization pass: each thread
+                        // computes the rows it then quantizes (one parallel region, not two).
+                        next += 1;
+                        assert!(x.len() >= rows * d && y.len() >= rows * d, "residual buffers of {rows} rows of {d}");
+                        let sums = SharedMut(x.as_mut_ptr());
+                        let w = self.small_shared(*weight);
+                        let eps = hp.rms_eps;
+                        let y_ref = &y;
+                        let produce = move |t: usize, orow: &mut [f32]| {
+                            // SAFETY: row t of the residual sum (checked above) is written only by
+                            // the thread that holds token t in the quantization pass.
+                            let xrow = unsafe { std::slice::from_raw_parts_mut(sums.ptr().add(t * d), d) };
+                            xrow.iter_mut().zip(&y_ref[t * d..(t + 1) * d]).for_each(|(a, b)| *a += b);
+                            ops::rms_norm(xrow, &w, eps, orow);
+                        };
+                        let done = self.matmul(*out, outputs, n, n_out, Some(&produce));
+                        self.bufs[acc.0 as usize] = x;
+                        self.bufs[other.0 as usize] = y;
+                        done?;
+                        continue;
+                    }
                     let mut o = std::mem::take(&mut self.bufs[out.0 as usize]);
                     let (sums, dst) = (SharedMut(x.as_mut_ptr()), SharedMut(o.as_mut_ptr()));
                     let w = self.small(*weight);
@@ -607,7 +663,7 @@ impl CpuPlan {
                     self.bufs[input.0 as usize] = x;
                     self.bufs[out.0 as usize] = o;
                 }
-                Op::MatMul { input, outputs } => self.matmul(*input, outputs, n, n_out)?,
+                Op::MatMul { input, outputs } => self.matmul(*input, outputs, n, n_out, None)?,
                 Op::HeadNorm { buf, weight, n_heads } => {
                     let width = self.graph.buffer(*buf).width;
                     let mut x = std::mem::take(&mut self.bufs[buf.0 as usize]);
@@ -663,6 +719,24 @@ impl CpuPlan {
                     });
                 }
                 Op::Attention { layer, q, out } => self.attention(*layer, *q, *out, b),
+                Op::SwiGlu { gate, up, out } if self.product_of(ops.get(next), *out, n, [*gate, *up], n, n_out) => {
+                    // SwiGLU in the down projection's quantization pass, row by row as below.
+                    let Some(Op::MatMul { outputs, .. }) = ops.get(next) else { unreachable!("checked by product_of") };
+                    next += 1;
+                    let d = self.graph.buffer(*out).width;
+                    let g = std::mem::take(&mut self.bufs[gate.0 as usize]);
+                    let u = std::mem::take(&mut self.bufs[up.0 as usize]);
+                    let kernels = self.kernels;
+                    let (g_ref, u_ref) = (&g, &u);
+                    let produce = move |t: usize, orow: &mut [f32]| {
+                        let row = t * d..(t + 1) * d;
+                        kernels.swiglu(&g_ref[row.clone()], &u_ref[row], orow);
+                    };
+                    let done = self.matmul(*out, outputs, n, n_out, Some(&produce));
+                    self.bufs[gate.0 as usize] = g;
+                    self.bufs[up.0 as usize] = u;
+                    done?;
+                }
                 Op::SwiGlu { gate, up, out } => {
                     let d = self.graph.buffer(*out).width;
                     let g = std::mem::take(&mut self.bufs[gate.0 as usize]);
