@@ -197,8 +197,9 @@ impl HostKvMemory {
     pub unsafe fn copy_cells(&self, from_cell: u64, to_cell: u64, n_cells: u64) -> Result<(), DeviceError> {
         let n = self.placement.n_cells;
         let in_range = |c: u64| c.checked_add(n_cells).is_some_and(|end| end <= n);
-        let overlap = from_cell < to_cell + n_cells && to_cell < from_cell + n_cells;
-        if !in_range(from_cell) || !in_range(to_cell) || (overlap && n_cells > 0) {
+        // Evaluated only for ranges in the arena, so the sums cannot overflow.
+        let overlap = || n_cells > 0 && from_cell < to_cell + n_cells && to_cell < from_cell + n_cells;
+        if !in_range(from_cell) || !in_range(to_cell) || overlap() {
             return Err(DeviceError::BadBatch(format!("KV cell copy of {n_cells} cells from {from_cell} to {to_cell} (arena of {n} cells)")));
         }
         let bytes = (n_cells * self.placement.row_stride_bytes) as usize;

@@ -364,6 +364,20 @@ impl Partial {
     }
 }
 
+/// Of `candidates` (block, its tokens), the one whose tokens `rest` repeats furthest, as (block,
+/// tokens), leaving at least two tokens of `rest` to compute; `None` if none repeats any.
+fn best_repeat<'a>(rest: &[u32], candidates: impl Iterator<Item = (BlockId, &'a [u32])>) -> Option<(BlockId, usize)> {
+    let limit = rest.len().saturating_sub(2);
+    let mut best: Option<(BlockId, usize)> = None;
+    for (b, tokens) in candidates {
+        let m = tokens.iter().zip(rest).take_while(|(a, b)| a == b).count().min(limit);
+        if m > 0 && best.is_none_or(|(_, bm)| m > bm) {
+            best = Some((b, m));
+        }
+    }
+    best
+}
+
 /// Cell of position `pos` through a block table: `table[pos / block_size] * block_size +
 /// pos % block_size`, or `None` if the table is too short.
 pub fn cell_of(table: &[BlockId], block_size: u32, pos: usize) -> Option<u64> {
@@ -524,22 +538,11 @@ impl KvArena {
     /// another order than a step with several (ggml's), so the prompt's last tokens are then
     /// computed as a fresh prefill computes them.
     fn match_tail(&self, parent: Option<PrefixKey>, k: usize, prompt: &[u32]) -> Option<(BlockId, usize)> {
-        let rest = prompt.get(k * self.bs()..)?;
-        let limit = rest.len().saturating_sub(2);
-        let mut best: Option<(BlockId, usize)> = None;
-        for &b in self.tails.get(&parent)? {
-            let BlockState::Tail(t) = &self.blocks[b.index()] else {
-                continue;
-            };
-            if t.depth != k {
-                continue;
-            }
-            let m = t.tokens.iter().zip(rest).take_while(|(a, b)| a == b).count().min(limit);
-            if m > 0 && best.is_none_or(|(_, bm)| m > bm) {
-                best = Some((b, m));
-            }
-        }
-        best
+        let candidates = self.tails.get(&parent)?.iter().filter_map(|&b| match &self.blocks[b.index()] {
+            BlockState::Tail(t) if t.depth == k => Some((b, &*t.tokens)),
+            _ => None,
+        });
+        best_repeat(prompt.get(k * self.bs()..)?, candidates)
     }
 
     /// The full cached block after the prompt's first `k` blocks (chain key `parent`) whose
@@ -549,22 +552,11 @@ impl KvArena {
         if !self.cell_copies {
             return None;
         }
-        let rest = prompt.get(k * self.bs()..)?;
-        let limit = rest.len().saturating_sub(2);
-        let mut best: Option<(BlockId, usize)> = None;
-        for &b in self.children.get(&parent)? {
-            let BlockState::Cached(c) = &self.blocks[b.index()] else {
-                continue;
-            };
-            if c.depth != k || c.parent != parent {
-                continue;
-            }
-            let m = c.tokens.iter().zip(rest).take_while(|(a, b)| a == b).count().min(limit);
-            if m > 0 && best.is_none_or(|(_, bm)| m > bm) {
-                best = Some((b, m));
-            }
-        }
-        best
+        let candidates = self.children.get(&parent)?.iter().filter_map(|&b| match &self.blocks[b.index()] {
+            BlockState::Cached(c) if c.depth == k => Some((b, &*c.tokens)),
+            _ => None,
+        });
+        best_repeat(prompt.get(k * self.bs()..)?, candidates)
     }
 
     /// How the prompt's tokens after its shared blocks (`shared`, chain key `parent`) are

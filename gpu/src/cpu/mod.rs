@@ -234,17 +234,18 @@ impl CpuPlan {
         self.weights[id.0 as usize].small.clone().unwrap_or_else(|| Arc::from(Vec::new()))
     }
 
-    /// Whether `op` is a product of `buf` over `rows` rows that writes none of `reads` (the
-    /// buffers the op before it reads), so that it can compute `buf`'s rows itself in its
-    /// quantization pass (`STRATA_CPU_FUSE_ROWS=0` turns this off, for comparison).
-    fn product_of(&self, op: Option<&Op>, buf: BufId, rows: usize, reads: [BufId; 2], n: usize, n_out: usize) -> bool {
+    /// The projections of `op` when it is a product of `buf` over `rows` rows that writes none of
+    /// `reads` (the buffers the op before it reads), so that it can compute `buf`'s rows itself
+    /// in its quantization pass (`STRATA_CPU_FUSE_ROWS=0` turns this off, for comparison).
+    fn product_of<'o>(&self, op: Option<&'o Op>, buf: BufId, rows: usize, reads: [BufId; 2], n: usize, n_out: usize) -> Option<&'o [Projection]> {
         static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
         if *OFF.get_or_init(|| std::env::var("STRATA_CPU_FUSE_ROWS").as_deref() == Ok("0")) {
-            return false;
+            return None;
         }
-        matches!(op, Some(Op::MatMul { input, outputs }) if *input == buf
-            && self.rows_of(buf, n, n_out) == rows
-            && outputs.iter().all(|p| p.out != buf && !reads.contains(&p.out)))
+        match op {
+            Some(Op::MatMul { input, outputs }) if *input == buf && self.rows_of(buf, n, n_out) == rows && outputs.iter().all(|p| p.out != buf && !reads.contains(&p.out)) => Some(outputs),
+            _ => None,
+        }
     }
 
     fn rows_of(&self, buf: BufId, n_tokens: usize, n_outputs: usize) -> usize {
@@ -587,7 +588,7 @@ impl CpuPlan {
                     let d = self.graph.buffer(*acc).width;
                     let mut x = std::mem::take(&mut self.bufs[acc.0 as usize]);
                     let y = std::mem::take(&mut self.bufs[other.0 as usize]);
-                    if let (true, Some(Op::MatMul { outputs, .. })) = (self.product_of(ops.get(next), *out, rows, [*acc, *other], n, n_out), ops.get(next)) {
+                    if let Some(outputs) = self.product_of(ops.get(next), *out, rows, [*acc, *other], n, n_out) {
                         // The add and the norm in the product's quantization pass: each thread
                         // computes the rows it then quantizes (one parallel region, not two).
                         next += 1;
@@ -719,9 +720,8 @@ impl CpuPlan {
                     });
                 }
                 Op::Attention { layer, q, out } => self.attention(*layer, *q, *out, b),
-                Op::SwiGlu { gate, up, out } if self.product_of(ops.get(next), *out, n, [*gate, *up], n, n_out) => {
+                Op::SwiGlu { gate, up, out } if let Some(outputs) = self.product_of(ops.get(next), *out, n, [*gate, *up], n, n_out) => {
                     // SwiGLU in the down projection's quantization pass, row by row as below.
-                    let Some(Op::MatMul { outputs, .. }) = ops.get(next) else { unreachable!("checked by product_of") };
                     next += 1;
                     let d = self.graph.buffer(*out).width;
                     let g = std::mem::take(&mut self.bufs[gate.0 as usize]);
