@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Batched decode of environment variants of one build on a GPU machine (run there by the device
+# tool; see BENCHMARKS.md): a synthetic 7B shape, each variant's single-sequence decode at context
+# 512 and 8 and 32 sequences decoding together (each after a 128-token prompt), the variants
+# interleaved REPS times, then a per-op GPU profile of each variant's batched steps.
+# Usage: bench/h200_batched.sh BINARY OUTDIR TYPE VARIANT...
+#   VARIANT: "default" (no setting) or settings joined by commas (as bench/h200_variants.sh);
+#   a first element "@PATH" runs the binary at PATH instead (e.g. "@/tmp/old" or "@/tmp/old,A=1").
+# Environment: REPS (default 2), SHAPE (qwen2.5-7b), MODELS_DIR.
+set -uo pipefail
+bin=${1:?binary}; out=${2:?output folder}; ty=${3:?type}; shift 3
+variants=("$@"); [ ${#variants[@]} -gt 0 ] || variants=(default)
+shape=${SHAPE:-qwen2.5-7b}
+models=${MODELS_DIR:-/tmp/strata-models}
+mkdir -p "$models" "$out"
+m="$models/$shape-$ty.gguf"
+[ -f "$m" ] || /usr/bin/time -f "synth %e s" "$bin" synth-model --shape "$shape" --type "$ty" --out "$m" 2>&1 | tail -1
+settings() { [ "$1" = default ] || { local s="${1//,/ }"; echo "${s#@* }" | grep -v '^@'; }; }
+binary() { case "$1" in @*) local b="${1#@}"; echo "${b%%,*}";; *) echo "$bin";; esac; }
+run() { local v=$1; shift; env $(settings "$v") "$(binary "$v")" bench -m "$m" --device vulkan:0 "$@" 2>&1; }
+tg() { awk -F'|' '/tg[0-9]/ {gsub(/ /,"",$2); gsub(/ /,"",$3); printf "%s %s  ", $2, $3}'; }
+{
+  echo "== $shape $ty: decode t/s (one sequence at context 512; 8 and 32 sequences), variants interleaved"
+  for i in $(seq "${REPS:-2}"); do
+    for v in "${variants[@]}"; do echo "rep $i $v: $(run "$v" -p 16 -n 64 -d 512 --batch 8,32 -r 1 | tg)"; done
+  done
+} 2>&1 | tee -a "$out/batched-$ty.txt"
+for v in "${variants[@]}"; do
+  echo "== $shape $ty $v" >> "$out/profile-batched-$ty.txt"
+  env $(settings "$v") STRATA_VULKAN_PROFILE=1 "$(binary "$v")" bench -m "$m" --device vulkan:0 -p 16 -n 16 --batch 8,32 -r 1 2>&1 | grep -vE "^pipeline " >> "$out/profile-batched-$ty.txt"
+done
