@@ -354,7 +354,17 @@ fn a_client_vanishing_during_a_non_streaming_request_frees_its_blocks() {
 
 #[test]
 fn eight_concurrent_streams_each_get_what_they_get_alone() {
-    let s = TestServer::start();
+    concurrent_streams_get_what_they_get_alone(&TestServer::start());
+}
+
+/// The same with every step's logits copied and sampled on several threads (a GPU's steps of
+/// dozens of sequences of a large vocabulary take that path; the default model's never do).
+#[test]
+fn concurrent_streams_sampled_on_several_threads_get_what_they_get_alone() {
+    concurrent_streams_get_what_they_get_alone(&TestServer::start_with(&[("STRATA_BATCHING__PARALLEL_SAMPLING_MIN_LOGITS", "1")]));
+}
+
+fn concurrent_streams_get_what_they_get_alone(s: &TestServer) {
     let prompts = [
         "The capital of France is",
         "def add(a, b):",

@@ -192,6 +192,7 @@ fn every_key_set() -> Config {
             prefill_chunk: d.batching.prefill_chunk,
             ubatch: d.batching.ubatch,
             max_seqs: d.batching.max_seqs,
+            parallel_sampling_min_logits: d.batching.parallel_sampling_min_logits,
         },
         kv: KvConfig {
             max_context: d.kv.max_context,

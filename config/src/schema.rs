@@ -237,6 +237,11 @@ pub struct BatchingConfig {
     pub ubatch: usize,
     /// `max_seqs`: sequences decoded together in one step (the decode batch). Default `16`.
     pub max_seqs: usize,
+    /// `parallel_sampling_min_logits`: logits in a step (sequences x vocabulary) from which their
+    /// copy out of the device and each sequence's sampling run on several threads. Default
+    /// `524288` (a GPU's steps of 4 or more sequences of a 152k vocabulary; none of the default
+    /// model's steps of up to 10 sequences).
+    pub parallel_sampling_min_logits: usize,
 }
 
 impl Default for BatchingConfig {
@@ -245,6 +250,7 @@ impl Default for BatchingConfig {
             prefill_chunk: 8192,
             ubatch: 512,
             max_seqs: 16,
+            parallel_sampling_min_logits: 1 << 19,
         }
     }
 }

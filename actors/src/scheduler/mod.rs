@@ -497,6 +497,20 @@ impl Scheduler {
         }
         let logits = outcome.logits;
         let vocab = self.engine.model().hparams.vocab_size;
+        // Every row's token first (each sampler reads only its own row and history): on several
+        // threads when the logits are many (a GPU step of dozens of sequences of a large
+        // vocabulary), as the engine copied them.
+        let mut row_of: Vec<Option<usize>> = vec![None; self.running.len()];
+        for (i, _, logits_row) in &ran {
+            row_of[*i] = *logits_row;
+        }
+        let sample = |(r, row): (&mut Running, &Option<usize>)| row.map(|row| r.sampler.sample(&logits[row * vocab..(row + 1) * vocab], &r.history));
+        let sampled: Vec<Option<u32>> = if logits.len() >= self.engine.options().parallel_logits_min {
+            use rayon::prelude::*;
+            self.running.par_iter_mut().zip(row_of.par_iter()).map(sample).collect()
+        } else {
+            self.running.iter_mut().zip(&row_of).map(sample).collect()
+        };
         let mut finished: Vec<(usize, StopReason, Option<String>)> = Vec::new();
         for (i, range, logits_row) in &ran {
             let r = &mut self.running[*i];
@@ -515,7 +529,7 @@ impl Scheduler {
                     self.metrics.handoff();
                 }
             }
-            let tok = r.sampler.sample(l, &r.history);
+            let Some(tok) = sampled[*i] else { continue };
             r.history.push(tok);
             r.generated += 1;
             let eog = self.engine.model().tokenizer.is_end_of_generation(tok);
