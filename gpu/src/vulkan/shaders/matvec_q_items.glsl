@@ -97,9 +97,13 @@ void load_w(uint64_t w, uint64_t aux, uint cols, uint row, uint item, out uint w
         wq[k] = (lo[k] >> shift) & NIBBLES;
         wq[k + 4] = (hi[k] >> shift) & NIBBLES;
     }
-    ws = unpackHalf2x16(head.x);
+    // The sub-block's scale and min folded into the super-block's d and dmin once per row
+    // item, so that each token's product (batched steps run many per row item) is two
+    // conversions, a multiply and two FMAs.
+    vec2 dm = unpackHalf2x16(head.x);
     uvec2 sm = scale_min_k4(head.y, head.z, head.w, j);
-    wsc = ivec4(int(sm.x), int(sm.y), 0, 0);
+    ws = dm * vec2(sm);
+    wsc = ivec4(0);
 }
 
 float item_dot(uint wq[8], vec2 ws, ivec4 wsc, uint xq[8], uvec2 meta) {
@@ -108,7 +112,7 @@ float item_dot(uint wq[8], vec2 ws, ivec4 wsc, uint xq[8], uvec2 meta) {
         isum += DOT4(wq[k], xq[k]);
     }
     float dx = x_scale(meta);
-    return (ws.x * dx) * float(wsc.x * isum) - (ws.y * dx) * float(wsc.y * int(meta.y));
+    return dx * fma(ws.x, float(isum), -(ws.y * float(int(meta.y))));
 }
 #elif defined(TYPE_Q6_K)
 // Item (n, c) of a super-block (8 items): half n, columns l = 8c .. 8c + 7 of its four groups of
