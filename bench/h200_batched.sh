@@ -4,20 +4,13 @@
 # 512 and 8 and 32 sequences decoding together (each after a 128-token prompt), the variants
 # interleaved REPS times, then a per-op GPU profile of each variant's batched steps.
 # Usage: bench/h200_batched.sh BINARY OUTDIR TYPE VARIANT...
-#   VARIANT: "default" (no setting) or settings joined by commas (as bench/h200_variants.sh);
-#   a first element "@PATH" runs the binary at PATH instead (e.g. "@/tmp/old" or "@/tmp/old,A=1").
+#   VARIANT: as bench/h200_common.sh describes ("default", A=1,B=2, "@/tmp/old,A=1").
 # Environment: REPS (default 2), SHAPE (qwen2.5-7b), MODELS_DIR.
 set -uo pipefail
 bin=${1:?binary}; out=${2:?output folder}; ty=${3:?type}; shift 3
 variants=("$@"); [ ${#variants[@]} -gt 0 ] || variants=(default)
-shape=${SHAPE:-qwen2.5-7b}
-models=${MODELS_DIR:-/tmp/strata-models}
-mkdir -p "$models" "$out"
-m="$models/$shape-$ty.gguf"
-[ -f "$m" ] || /usr/bin/time -f "synth %e s" "$bin" synth-model --shape "$shape" --type "$ty" --out "$m" 2>&1 | tail -1
-settings() { [ "$1" = default ] || { local s="${1//,/ }"; echo "${s#@* }" | grep -v '^@'; }; }
-binary() { case "$1" in @*) local b="${1#@}"; echo "${b%%,*}";; *) echo "$bin";; esac; }
-run() { local v=$1; shift; env $(settings "$v") "$(binary "$v")" bench -m "$m" --device vulkan:0 "$@" 2>&1; }
+mkdir -p "$out"
+source "$(dirname "$0")/h200_common.sh"
 tg() { awk -F'|' '/tg[0-9]/ {gsub(/ /,"",$2); gsub(/ /,"",$3); printf "%s %s  ", $2, $3}'; }
 {
   echo "== $shape $ty: decode t/s (one sequence at context 512; 8 and 32 sequences), variants interleaved"
@@ -27,5 +20,5 @@ tg() { awk -F'|' '/tg[0-9]/ {gsub(/ /,"",$2); gsub(/ /,"",$3); printf "%s %s  ",
 } 2>&1 | tee -a "$out/batched-$ty.txt"
 for v in "${variants[@]}"; do
   echo "== $shape $ty $v" >> "$out/profile-batched-$ty.txt"
-  env $(settings "$v") STRATA_VULKAN_PROFILE=1 "$(binary "$v")" bench -m "$m" --device vulkan:0 -p 16 -n 16 --batch 8,32 -r 1 2>&1 | grep -vE "^pipeline " >> "$out/profile-batched-$ty.txt"
+  STRATA_VULKAN_PROFILE=1 run "$v" -p 16 -n 16 --batch 8,32 -r 1 | grep -vE "^pipeline " >> "$out/profile-batched-$ty.txt"
 done

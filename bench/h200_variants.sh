@@ -11,13 +11,8 @@
 set -uo pipefail
 bin=${1:?binary}; out=${2:?output folder}; ty=${3:?type}; shift 3
 variants=("$@"); [ ${#variants[@]} -gt 0 ] || variants=(default)
-shape=${SHAPE:-qwen2.5-7b}
-models=${MODELS_DIR:-/tmp/strata-models}
-mkdir -p "$models" "$out"
-m="$models/$shape-$ty.gguf"
-[ -f "$m" ] || /usr/bin/time -f "synth %e s" "$bin" synth-model --shape "$shape" --type "$ty" --out "$m" 2>&1 | tail -1
-settings() { [ "$1" = default ] || echo "${1//,/ }"; }
-run() { local v=$1; shift; env $(settings "$v") "$bin" bench -m "$m" --device vulkan:0 "$@" 2>&1; }
+mkdir -p "$out"
+source "$(dirname "$0")/h200_common.sh"
 tg() { awk -F'|' '/tg[0-9]/ {gsub(/ /,"",$3); printf "%s ", $3}'; }
 {
   echo "== $shape $ty: decode t/s at context 512 (tg128), variants interleaved"
@@ -33,6 +28,6 @@ tg() { awk -F'|' '/tg[0-9]/ {gsub(/ /,"",$3); printf "%s ", $3}'; }
 } 2>&1 | tee -a "$out/variants-$ty.txt"
 for v in "${variants[@]}"; do
   echo "== $shape $ty $v" >> "$out/profile-$ty.txt"
-  env $(settings "$v") STRATA_VULKAN_PROFILE=1 "$bin" bench -m "$m" --device vulkan:0 -p 64 -n 32 -d 512 -r 1 >> "$out/profile-$ty.txt" 2>&1
+  STRATA_VULKAN_PROFILE=1 run "$v" -p 64 -n 32 -d 512 -r 1 >> "$out/profile-$ty.txt"
 done
 env $(settings "${variants[0]}") "$bin" compare-devices -m "$m" --device vulkan:0 --prompt-tokens 128 --positions 64 2>&1 | tee -a "$out/compare-$ty.txt" | tail -3
