@@ -2,8 +2,11 @@
 //! (`shaders/dequant.glsl`): the quants of Q4_0, Q4_1 and Q8_0 blocks move to 16-byte-aligned
 //! arrays so one 128-bit load fetches a block's quants, with the scales in a separate array;
 //! Q6_K super-blocks lose their trailing f16 scale to a separate array (so the rest stays 16-byte
-//! aligned); Q4_K super-blocks and F16/F32 rows are read as GGUF stores them. Types without a
-//! shader are widened to F32 at upload.
+//! aligned); Q4_K super-blocks keep their size and header but store each 32-element sub-block's
+//! quants in 16 bytes of their own (Q4_0's order: elements 0..15 in the low nibbles, 16..31 in the
+//! high ones; GGUF interleaves two sub-blocks in 32 bytes), so one 128-bit load fetches a
+//! sub-block; F16/F32 rows are read as GGUF stores them. Types without a shader are widened to F32
+//! at upload.
 
 use half::f16;
 use strata_quant::GgmlType;
@@ -76,7 +79,12 @@ pub fn convert(ty: GgmlType, src: &[u8], rows: usize, cols: usize, dst: &mut [u8
     let skip = ((layout.aux_offset - layout.main_bytes) as usize).min(rest.len());
     let aux = &mut rest[skip..];
     match layout.format {
-        WeightFormat::F16 | WeightFormat::Q4_K if ty != GgmlType::F32 => main.copy_from_slice(src),
+        WeightFormat::F16 if ty != GgmlType::F32 => main.copy_from_slice(src),
+        WeightFormat::Q4_K => {
+            for (b, d) in src.chunks_exact(144).zip(main.chunks_exact_mut(144)) {
+                repack_q4_k(b, d);
+            }
+        }
         WeightFormat::Q6_K => {
             // ql, qh, scales (208 bytes), then d: the quants and scales stay 16-byte aligned.
             for (i, b) in src.chunks_exact(210).enumerate() {
@@ -94,7 +102,7 @@ pub fn convert(ty: GgmlType, src: &[u8], rows: usize, cols: usize, dst: &mut [u8
         WeightFormat::Q4_0 => split_blocks(src, 18, 2, 16, main, aux),
         WeightFormat::Q4_1 => split_blocks(src, 20, 4, 16, main, aux),
         WeightFormat::Q8_0 => split_blocks(src, 34, 2, 32, main, aux),
-        _ => unreachable!("F16 and Q4_K are copied as they are"),
+        _ => unreachable!("F16 is copied as it is"),
     }
     Ok(())
 }
@@ -105,6 +113,24 @@ fn split_blocks(src: &[u8], block: usize, head: usize, quants: usize, main: &mut
     for (i, b) in src.chunks_exact(block).enumerate() {
         aux[i * head..(i + 1) * head].copy_from_slice(&b[..head]);
         main[i * quants..(i + 1) * quants].copy_from_slice(&b[head..head + quants]);
+    }
+}
+
+/// One Q4_K super-block (144 bytes) into the device layout: the 16 header bytes (d, dmin, the 12
+/// scale bytes) as they are, then sub-block j's 32 quants at bytes 16 + 16j .. 32 + 16j, element
+/// e in byte e % 16's low (e < 16) or high nibble. GGUF holds sub-blocks 2k and 2k + 1 in the low
+/// and high nibbles of the same 32 bytes (element e in byte e). The quants' values do not change,
+/// so neither do any integer sums over them.
+fn repack_q4_k(src: &[u8], dst: &mut [u8]) {
+    dst[..16].copy_from_slice(&src[..16]);
+    for j in 0..8 {
+        let pair = &src[16 + 32 * (j / 2)..48 + 32 * (j / 2)];
+        let shift = 4 * (j % 2);
+        for i in 0..16 {
+            let lo = (pair[i] >> shift) & 15;
+            let hi = (pair[i + 16] >> shift) & 15;
+            dst[16 + 16 * j + i] = lo | (hi << 4);
+        }
     }
 }
 
@@ -141,6 +167,31 @@ mod tests {
         assert_eq!(&dst[..16], &(0..16).collect::<Vec<u8>>()[..]);
         assert_eq!(&dst[16..32], &(16..32).collect::<Vec<u8>>()[..]);
         assert_eq!(&dst[l.aux_offset as usize..l.aux_offset as usize + 8], &[1, 2, 3, 4, 2, 2, 3, 4]);
+    }
+
+    #[test]
+    fn q4_k_sub_blocks_get_sixteen_bytes_each() {
+        // One super-block: a header of 16 distinct bytes, then quant byte b = (hi << 4) | lo with
+        // lo and hi set from b's position, so every element's nibble is known.
+        let mut src: Vec<u8> = (100..116).collect();
+        let nib = |j: usize, e: usize| ((3 * j + 5 * e) % 16) as u8;
+        for k in 0..4 {
+            for b in 0..32 {
+                src.push(nib(2 * k, b) | (nib(2 * k + 1, b) << 4));
+            }
+        }
+        let l = layout_of(GgmlType::Q4_K, 1, 256);
+        assert_eq!(l.total_bytes(), 144, "the same size as GGUF's");
+        let mut dst = vec![0u8; 144];
+        convert(GgmlType::Q4_K, &src, 1, 256, &mut dst).expect("convert");
+        assert_eq!(&dst[..16], &src[..16], "the header is kept");
+        for j in 0..8 {
+            for e in 0..32 {
+                let byte = dst[16 + 16 * j + e % 16];
+                let got = if e < 16 { byte & 15 } else { byte >> 4 };
+                assert_eq!(got, nib(j, e), "sub-block {j} element {e}");
+            }
+        }
     }
 
     #[test]

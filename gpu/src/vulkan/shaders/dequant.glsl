@@ -78,12 +78,12 @@ void dequant_unit(uint64_t w, uint64_t aux, uint cols, uint row, uint u, out flo
     uint mn = sm.y;
     float d1 = dmin.x * float(sc);
     float m1 = dmin.y * float(mn);
-    uint shift = (j % 2) * 4;
+    // Sub-block j's 16 bytes (conv.rs): element e in byte e % 16, low nibble for e < 16.
+    uvec4 q = p.v[sb * 9 + 1 + j];
     [[unroll]] for (uint h = 0; h < 2; h++) {
-        uvec4 q = p.v[sb * 9 + 1 + 2 * (j / 2) + h];
         [[unroll]] for (uint wi = 0; wi < 4; wi++) {
             [[unroll]] for (uint bi = 0; bi < 4; bi++) {
-                uint nib = (q[wi] >> (8 * bi + shift)) & 15u;
+                uint nib = (q[wi] >> (8 * bi + 4 * h)) & 15u;
                 v[h * 16 + wi * 4 + bi] = d1 * float(nib) - m1;
             }
         }

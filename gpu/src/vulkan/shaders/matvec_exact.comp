@@ -87,12 +87,13 @@ Loaded load_block(uint row, uint b, uint lane, uint t0) {
     uint nb = pc.cols / BLOCK;
     uint blk = row * nb + b;
 #if defined(TYPE_Q4_K)
-    // Super-block: 16 header bytes (d, dmin, 12 scale bytes), then 128 quant bytes; quarter c's
-    // 32 bytes hold sub-block 2c in the low nibbles and 2c + 1 in the high ones. Lane L reads
-    // byte word L % 8 of each quarter.
+    // Super-block: 16 header bytes (d, dmin, 12 scale bytes), then 16 quant bytes per sub-block
+    // (conv.rs's layout: element e in byte e % 16, the low nibble for e < 16). Lane L takes
+    // elements 4 (L % 8) .. 4 (L % 8) + 3 of sub-block 2c + L / 8 in quarter c: word (L % 8) % 4
+    // of it, whose high nibbles hold them for L % 8 >= 4 (nibble_shift below).
     l.head = U32x4s(pc.w).v[blk * 9];
     [[unroll]] for (uint c = 0; c < 4; c++) {
-        l.wq[c] = U32s(pc.w).v[blk * 36 + 4 + 8 * c + lane % 8];
+        l.wq[c] = U32s(pc.w).v[blk * 36 + 4 + 4 * (2 * c + lane / 8) + (lane % 8) % 4];
     }
     [[unroll]] for (uint t = 0; t < NT; t++) {
         uint64_t rec = record(min(t0 + t, pc.n_tokens - 1));
@@ -138,11 +139,11 @@ void add_block(Loaded l, uint lane, inout float acc[NT], inout float summs[NT]) 
         sc[c] = int(scale_min_k4(l.head.y, l.head.z, l.head.w, 2 * c + lane / 8).x);
     }
     int mn = int(scale_min_k4(l.head.y, l.head.z, l.head.w, lane % 8).y);
-    uint shift = 4 * (lane / 8);
+    uint nibble_shift = 4 * ((lane % 8) / 4);
     [[unroll]] for (uint t = 0; t < NT; t++) {
         int isum = 0;
         [[unroll]] for (uint c = 0; c < 4; c++) {
-            isum += sc[c] * DOT4((l.wq[c] >> shift) & NIBBLES, l.xq[t][c]);
+            isum += sc[c] * DOT4((l.wq[c] >> nibble_shift) & NIBBLES, l.xq[t][c]);
         }
         float dx = uintBitsToFloat(l.meta[t].x);
         int s = lane < 8 ? mn * int(l.meta[t].y) : 0;

@@ -79,9 +79,9 @@ void load_item(uint64_t w, uint64_t aux, uint cols, uint row, uint item, out flo
     item_x(cols, item, xi);
 }
 #elif defined(TYPE_Q4_K)
-// An item is one 32-element sub-block j of a 256-element super-block: its quants are one nibble of
-// the 32 bytes its pair (j, j ^ 1) shares (two 16-byte loads; the neighbouring invocation reads the
-// same bytes for the other nibble, from the cache), its scale and min come from the header.
+// An item is one 32-element sub-block j of a 256-element super-block: its quants are its own 16
+// bytes (conv.rs's layout: elements 0..15 in the low nibbles, 16..31 in the high ones; one
+// 16-byte load), its scale and min come from the header.
 #define H 16
 uint items_per_row(uint cols) { return cols / 32; }
 void item_x(uint cols, uint item, out uint xi[2]) {
@@ -96,12 +96,11 @@ void load_item(uint64_t w, uint64_t aux, uint cols, uint row, uint item, out flo
     vec2 dmin = unpackHalf2x16(head.x);
     uvec2 sm = scale_min_k4(head.y, head.z, head.w, j);
     vec2 s = vec2(dmin.x * float(sm.x), dmin.y * float(sm.y));
-    uint shift = (j % 2) * 4;
+    uvec4 qs = blocks.v[sb * 9 + 1 + j];
     [[unroll]] for (uint h = 0; h < 2; h++) {
-        uvec4 qs = blocks.v[sb * 9 + 1 + 2 * (j / 2) + h];
         [[unroll]] for (uint wi = 0; wi < 4; wi++) {
             [[unroll]] for (uint i = 0; i < 4; i++) {
-                q[h][wi * 4 + i] = float((qs[wi] >> (8 * i + shift)) & 15u);
+                q[h][wi * 4 + i] = float((qs[wi] >> (8 * i + 4 * h)) & 15u);
             }
         }
         so[h] = s;

@@ -83,19 +83,17 @@ float item_dot(uint wq[8], vec2 ws, ivec4 wsc, uint xq[8], uvec2 meta) {
     return float(isum) * (ws.x * x_scale(meta));
 }
 #elif defined(TYPE_Q4_K)
-// Sub-block j of a super-block: one nibble of the 32 bytes its pair (j, j ^ 1) shares; its 6-bit
-// scale and min from the header.
+// Sub-block j of a super-block: its 16 quant bytes (conv.rs's layout: elements 0..15 in the low
+// nibbles, 16..31 in the high ones); its 6-bit scale and min from the header.
 void load_w(uint64_t w, uint64_t aux, uint cols, uint row, uint item, out uint wq[8], out vec2 ws, out ivec4 wsc) {
     uint sb = row * (cols / 256) + item / 8;
     uint j = item % 8;
     U32x4s blocks = U32x4s(w);
     uvec4 head = blocks.v[sb * 9];
-    uvec4 lo = blocks.v[sb * 9 + 1 + 2 * (j / 2)];
-    uvec4 hi = blocks.v[sb * 9 + 2 + 2 * (j / 2)];
-    uint shift = (j % 2) * 4;
+    uvec4 qs = blocks.v[sb * 9 + 1 + j];
     [[unroll]] for (uint k = 0; k < 4; k++) {
-        wq[k] = (lo[k] >> shift) & NIBBLES;
-        wq[k + 4] = (hi[k] >> shift) & NIBBLES;
+        wq[k] = qs[k] & NIBBLES;
+        wq[k + 4] = (qs[k] >> 4) & NIBBLES;
     }
     // The sub-block's scale and min folded into the super-block's d and dmin once per row
     // item, so that each token's product (batched steps run many per row item) is two
