@@ -116,13 +116,22 @@ fn split_blocks(src: &[u8], block: usize, head: usize, quants: usize, main: &mut
     }
 }
 
-/// One Q4_K super-block (144 bytes) into the device layout: the 16 header bytes (d, dmin, the 12
-/// scale bytes) as they are, then sub-block j's 32 quants at bytes 16 + 16j .. 32 + 16j, element
-/// e in byte e % 16's low (e < 16) or high nibble. GGUF holds sub-blocks 2k and 2k + 1 in the low
-/// and high nibbles of the same 32 bytes (element e in byte e). The quants' values do not change,
-/// so neither do any integer sums over them.
+/// One Q4_K super-block (144 bytes) into the device layout: d and dmin as they are; the eight
+/// sub-blocks' 6-bit scales and mins in the 12 bytes after them without GGUF's branchy packing
+/// (byte j: scale j | the min's low two bits << 6; bytes 8..11: the mins' high four bits, nibble
+/// j for sub-block j; shaders/common.glsl's `q4k_scale_min`); then sub-block j's 32 quants at
+/// bytes 16 + 16j .. 32 + 16j, element e in byte e % 16's low (e < 16) or high nibble. GGUF holds
+/// sub-blocks 2k and 2k + 1 in the low and high nibbles of the same 32 bytes (element e in byte
+/// e). No value changes, so neither does any sum over them.
 fn repack_q4_k(src: &[u8], dst: &mut [u8]) {
-    dst[..16].copy_from_slice(&src[..16]);
+    dst[..4].copy_from_slice(&src[..4]);
+    let mut high = 0u32;
+    for j in 0..8 {
+        let (sc, m) = q4_k_scale_min(&src[4..16], j);
+        dst[4 + j] = sc | ((m & 3) << 6);
+        high |= u32::from(m >> 2) << (4 * j);
+    }
+    dst[12..16].copy_from_slice(&high.to_le_bytes());
     for j in 0..8 {
         let pair = &src[16 + 32 * (j / 2)..48 + 32 * (j / 2)];
         let shift = 4 * (j % 2);
@@ -131,6 +140,16 @@ fn repack_q4_k(src: &[u8], dst: &mut [u8]) {
             let hi = (pair[i + 16] >> shift) & 15;
             dst[16 + 16 * j + i] = lo | (hi << 4);
         }
+    }
+}
+
+/// The 6-bit scale and min of sub-block `j` from a Q4_K super-block's 12 scale bytes as GGUF packs
+/// them (ggml's `get_scale_min_k4`).
+fn q4_k_scale_min(q: &[u8], j: usize) -> (u8, u8) {
+    if j < 4 {
+        (q[j] & 63, q[j + 4] & 63)
+    } else {
+        ((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4))
     }
 }
 
@@ -173,7 +192,7 @@ mod tests {
     fn q4_k_sub_blocks_get_sixteen_bytes_each() {
         // One super-block: a header of 16 distinct bytes, then quant byte b = (hi << 4) | lo with
         // lo and hi set from b's position, so every element's nibble is known.
-        let mut src: Vec<u8> = (100..116).collect();
+        let mut src: Vec<u8> = (0..16u32).map(|i| ((i * 73 + 29) % 256) as u8).collect();
         let nib = |j: usize, e: usize| ((3 * j + 5 * e) % 16) as u8;
         for k in 0..4 {
             for b in 0..32 {
@@ -184,7 +203,18 @@ mod tests {
         assert_eq!(l.total_bytes(), 144, "the same size as GGUF's");
         let mut dst = vec![0u8; 144];
         convert(GgmlType::Q4_K, &src, 1, 256, &mut dst).expect("convert");
-        assert_eq!(&dst[..16], &src[..16], "the header is kept");
+        assert_eq!(&dst[..4], &src[..4], "d and dmin are kept");
+        // Every sub-block's scale and min as the shaders decode them (common.glsl's
+        // q4k_scale_min) equal GGUF's; the 12 scale bytes vary in their six low bits and in the two
+        // high bits GGUF packs the second half's values into.
+        let word = |k: usize| u32::from_le_bytes([dst[4 + 4 * k], dst[5 + 4 * k], dst[6 + 4 * k], dst[7 + 4 * k]]);
+        let (w0, w1, w2) = (word(0), word(1), word(2));
+        for j in 0..8u32 {
+            let b = (if j < 4 { w0 } else { w1 } >> (8 * (j % 4))) & 0xFF;
+            let decoded = (b & 63, (b >> 6) | (((w2 >> (4 * j)) & 15) << 2));
+            let (sc, m) = q4_k_scale_min(&src[4..16], j as usize);
+            assert_eq!(decoded, (u32::from(sc), u32::from(m)), "sub-block {j}");
+        }
         for j in 0..8 {
             for e in 0..32 {
                 let byte = dst[16 + 16 * j + e % 16];

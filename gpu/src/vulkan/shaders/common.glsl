@@ -106,21 +106,11 @@ uint kv_cell(U32s tables, uint table_offset, uint pos, uint block_size) {
     return tables.v[table_offset + pos / block_size] * block_size + pos % block_size;
 }
 
-// Byte k (0..11) of the 12 scale bytes of a K-quant super-block held in three words, without
-// indexing a vector or array by a runtime value (which would move it to local memory).
-uint scale_byte(uint w0, uint w1, uint w2, uint k) {
-    uint w = k < 4 ? w0 : (k < 8 ? w1 : w2);
-    return (w >> (8 * (k % 4))) & 0xFFu;
-}
-
-// The 6-bit scale (x) and min (y) of sub-block j of a Q4_K/Q5_K super-block (ggml's
-// get_scale_min_k4).
-uvec2 scale_min_k4(uint w0, uint w1, uint w2, uint j) {
-    if (j < 4) {
-        return uvec2(scale_byte(w0, w1, w2, j) & 63u, scale_byte(w0, w1, w2, j + 4) & 63u);
-    }
-    uint sj4 = scale_byte(w0, w1, w2, j + 4);
-    uint sjm4 = scale_byte(w0, w1, w2, j - 4);
-    uint sj = scale_byte(w0, w1, w2, j);
-    return uvec2((sj4 & 0xFu) | ((sjm4 >> 6) << 4), (sj4 >> 4) | ((sj >> 6) << 4));
+// The 6-bit scale (x) and min (y) of sub-block j of a Q4_K super-block whose 12 scale bytes
+// conv.rs repacked (held here in three words): byte j (j < 8) is the scale with the min's two low
+// bits above it, nibble j of the third word the min's four high bits. GGUF's packing (ggml's
+// get_scale_min_k4) takes a branch on j < 4, which lanes of one subgroup take both ways.
+uvec2 q4k_scale_min(uint w0, uint w1, uint w2, uint j) {
+    uint b = ((j < 4u ? w0 : w1) >> (8u * (j % 4u))) & 0xFFu;
+    return uvec2(b & 63u, (b >> 6) | (((w2 >> (4u * j)) & 15u) << 2));
 }

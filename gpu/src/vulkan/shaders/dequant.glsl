@@ -73,7 +73,7 @@ void dequant_unit(uint64_t w, uint64_t aux, uint cols, uint row, uint u, out flo
     U32x4s p = U32x4s(w);
     uvec4 head = p.v[sb * 9];
     vec2 dmin = unpackHalf2x16(head.x);
-    uvec2 sm = scale_min_k4(head.y, head.z, head.w, j);
+    uvec2 sm = q4k_scale_min(head.y, head.z, head.w, j);
     uint sc = sm.x;
     uint mn = sm.y;
     float d1 = dmin.x * float(sc);

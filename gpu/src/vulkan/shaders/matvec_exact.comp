@@ -136,9 +136,9 @@ void add_block(Loaded l, uint lane, inout float acc[NT], inout float summs[NT]) 
     vec2 dd = unpackHalf2x16(l.head.x);
     int sc[4];
     [[unroll]] for (uint c = 0; c < 4; c++) {
-        sc[c] = int(scale_min_k4(l.head.y, l.head.z, l.head.w, 2 * c + lane / 8).x);
+        sc[c] = int(q4k_scale_min(l.head.y, l.head.z, l.head.w, 2 * c + lane / 8).x);
     }
-    int mn = int(scale_min_k4(l.head.y, l.head.z, l.head.w, lane % 8).y);
+    int mn = int(q4k_scale_min(l.head.y, l.head.z, l.head.w, lane % 8).y);
     uint nibble_shift = 4 * ((lane % 8) / 4);
     [[unroll]] for (uint t = 0; t < NT; t++) {
         int isum = 0;

@@ -94,7 +94,7 @@ void load_item(uint64_t w, uint64_t aux, uint cols, uint row, uint item, out flo
     U32x4s blocks = U32x4s(w);
     uvec4 head = blocks.v[sb * 9];
     vec2 dmin = unpackHalf2x16(head.x);
-    uvec2 sm = scale_min_k4(head.y, head.z, head.w, j);
+    uvec2 sm = q4k_scale_min(head.y, head.z, head.w, j);
     vec2 s = vec2(dmin.x * float(sm.x), dmin.y * float(sm.y));
     uvec4 qs = blocks.v[sb * 9 + 1 + j];
     [[unroll]] for (uint h = 0; h < 2; h++) {

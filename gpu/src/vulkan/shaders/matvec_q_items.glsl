@@ -99,7 +99,7 @@ void load_w(uint64_t w, uint64_t aux, uint cols, uint row, uint item, out uint w
     // item, so that each token's product (batched steps run many per row item) is two
     // conversions, a multiply and two FMAs.
     vec2 dm = unpackHalf2x16(head.x);
-    uvec2 sm = scale_min_k4(head.y, head.z, head.w, j);
+    uvec2 sm = q4k_scale_min(head.y, head.z, head.w, j);
     ws = dm * vec2(sm);
     wsc = ivec4(0);
 }
