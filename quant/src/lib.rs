@@ -33,7 +33,7 @@ pub mod types;
 
 pub use ggml_float::AttnOrder;
 pub use kernels::{activation_row_bytes, ActivationPacker, Kernels, PackedActivations, SimdLevel};
-pub use reference::{dequantize, quantize};
+pub use reference::{dequantize, get_scale_min_k4, quantize};
 pub use types::GgmlType;
 
 /// Errors of this crate's entry points.

@@ -187,9 +187,13 @@ pub fn dequantize(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), Quant
     Ok(())
 }
 
-/// ggml's `get_scale_min_k4`: the 6-bit scale and min of sub-block `j` of a Q4_K/Q5_K block.
+/// ggml's `get_scale_min_k4`: the 6-bit scale and min of sub-block `j` (0..8) of a Q4_K/Q5_K
+/// block, from its 12 scale bytes `q`.
+///
+/// # Panics
+/// If `j` is not below 8 or `q` is shorter than 12 bytes.
 #[inline(always)]
-pub(crate) fn get_scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
+pub fn get_scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
     if j < 4 {
         (q[j] & 63, q[j + 4] & 63)
     } else {

@@ -127,7 +127,7 @@ fn repack_q4_k(src: &[u8], dst: &mut [u8]) {
     dst[..4].copy_from_slice(&src[..4]);
     let mut high = 0u32;
     for j in 0..8 {
-        let (sc, m) = q4_k_scale_min(&src[4..16], j);
+        let (sc, m) = strata_quant::get_scale_min_k4(j, &src[4..16]);
         dst[4 + j] = sc | ((m & 3) << 6);
         high |= u32::from(m >> 2) << (4 * j);
     }
@@ -140,16 +140,6 @@ fn repack_q4_k(src: &[u8], dst: &mut [u8]) {
             let hi = (pair[i + 16] >> shift) & 15;
             dst[16 + 16 * j + i] = lo | (hi << 4);
         }
-    }
-}
-
-/// The 6-bit scale and min of sub-block `j` from a Q4_K super-block's 12 scale bytes as GGUF packs
-/// them (ggml's `get_scale_min_k4`).
-fn q4_k_scale_min(q: &[u8], j: usize) -> (u8, u8) {
-    if j < 4 {
-        (q[j] & 63, q[j + 4] & 63)
-    } else {
-        ((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4))
     }
 }
 
@@ -212,7 +202,7 @@ mod tests {
         for j in 0..8u32 {
             let b = (if j < 4 { w0 } else { w1 } >> (8 * (j % 4))) & 0xFF;
             let decoded = (b & 63, (b >> 6) | (((w2 >> (4 * j)) & 15) << 2));
-            let (sc, m) = q4_k_scale_min(&src[4..16], j as usize);
+            let (sc, m) = strata_quant::get_scale_min_k4(j as usize, &src[4..16]);
             assert_eq!(decoded, (u32::from(sc), u32::from(m)), "sub-block {j}");
         }
         for j in 0..8 {
