@@ -2,11 +2,12 @@
 //! (`shaders/dequant.glsl`): the quants of Q4_0, Q4_1 and Q8_0 blocks move to 16-byte-aligned
 //! arrays so one 128-bit load fetches a block's quants, with the scales in a separate array;
 //! Q6_K super-blocks lose their trailing f16 scale to a separate array (so the rest stays 16-byte
-//! aligned); Q4_K super-blocks keep their size and header but store each 32-element sub-block's
+//! aligned); Q4_K super-blocks keep their size, d and dmin, but store each 32-element sub-block's
 //! quants in 16 bytes of their own (Q4_0's order: elements 0..15 in the low nibbles, 16..31 in the
 //! high ones; GGUF interleaves two sub-blocks in 32 bytes), so one 128-bit load fetches a
-//! sub-block; F16/F32 rows are read as GGUF stores them. Types without a shader are widened to F32
-//! at upload.
+//! sub-block, and their six-bit scales and mins packed for a decode without branches
+//! (`repack_q4_k`); F16/F32 rows are read as GGUF stores them. Types without a shader are widened
+//! to F32 at upload.
 
 use half::f16;
 use strata_quant::GgmlType;
