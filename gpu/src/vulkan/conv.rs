@@ -184,7 +184,8 @@ mod tests {
         // One super-block: a header of 16 distinct bytes, then quant byte b = (hi << 4) | lo with
         // lo and hi set from b's position, so every element's nibble is known.
         let mut src: Vec<u8> = (0..16u32).map(|i| ((i * 73 + 29) % 256) as u8).collect();
-        let nib = |j: usize, e: usize| ((3 * j + 5 * e) % 16) as u8;
+        // (Distinct for elements e and e + 16 of a sub-block and for sub-blocks j and j ^ 1.)
+        let nib = |j: usize, e: usize| ((3 * j + 5 * e + 7 * (e / 16)) % 16) as u8;
         for k in 0..4 {
             for b in 0..32 {
                 src.push(nib(2 * k, b) | (nib(2 * k + 1, b) << 4));
