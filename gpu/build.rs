@@ -78,6 +78,7 @@ fn main() {
                 build(&format!("matvec_swiglu_{ty}_{act}"), &[&t, "NT=1", "ROWS=2", "SWIGLU_PAIR", define]);
             }
             build(&format!("matvec_swiglu_{ty}_f32"), &[&t, "NT=1", "ROWS=2", "SWIGLU_PAIR", "ACT_Q8_0", "NO_TICKET"]);
+            build(&format!("matvec_swiglu_{ty}_f32_p2"), &[&t, "NT=1", "ROWS=4", "PAIRS=2", "SWIGLU_PAIR", "ACT_Q8_0", "NO_TICKET"]);
         }
     }
     for ty in EXACT_TYPES {

@@ -482,6 +482,94 @@ fn a_vulkan_kv_arena_exported_as_opaque_fds_is_imported_in_place_by_another_devi
 /// last bits) and the same 8-bit records (quants, scales, sums) as the quantizer run on its own
 /// rows, bit for bit, including all-zero blocks and ties of the largest magnitude.
 #[test]
+fn vulkan_int_records_hold_the_cpu_quants() {
+    // The integer kernels' 8-bit records (quantize_lanes.glsl: eight elements an invocation,
+    // blocks of 32 reduced across a quad) against the CPU's Q8_0 / Q8_K blocks, with ties of the
+    // largest magnitude inside a block and across blocks, both signs: Q8_K's scale takes the sign
+    // of the first, so a wrong tie flips every quant of the super-block.
+    use strata_gpu::vulkan::kernels::ActRounding;
+    let Some(mut ops) = first_vulkan_ops() else { return };
+    let mut rng = rand::rngs::StdRng::seed_from_u64(17);
+    let kernels = Kernels::best();
+    for (rounding, weight_ty, cols) in [(ActRounding::Q8_0, GgmlType::Q4_0, 96usize), (ActRounding::Q8_0, GgmlType::Q4_1, 1120), (ActRounding::Q8_K, GgmlType::Q4_K, 768), (ActRounding::Q8_K, GgmlType::Q4_K, 2304)] {
+        let rows = 4;
+        let mut x = random(&mut rng, rows * cols, 4.0);
+        x[cols..cols + 32].iter_mut().for_each(|v| *v = 0.0); // an all-zero block
+        // Row 0: a tie of the largest magnitude inside one invocation's eight elements.
+        x[2] = -30.0;
+        x[5] = 30.0;
+        // Row 1: one between the first two invocations of a quad (block 1).
+        x[cols + 35] = 30.0;
+        x[cols + 41] = -30.0;
+        // Row 2: the first block's maximum tied by a later block of its super-block.
+        x[2 * cols + 70] = -50.0;
+        x[2 * cols + 200 % cols] = 50.0;
+        // Row 3: one between the two halves of a quad.
+        x[3 * cols + 9] = 20.0;
+        x[3 * cols + 25] = -20.0;
+        let records = ops.int_records(rounding, &x, cols).expect("records");
+        let record = records.len() / rows;
+        let meta_offset = cols.next_multiple_of(16);
+        let word = |b: &[u8], at: usize| u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+        let rb = strata_quant::activation_row_bytes(weight_ty, cols);
+        for r in 0..rows {
+            let got = &records[r * record..(r + 1) * record];
+            let mut cpu = vec![0u8; rb];
+            kernels.quantize_activations(weight_ty, &x[r * cols..(r + 1) * cols], &mut cpu).expect("quantize");
+            // The CPU's quant and scale of element e (Q8_0 / Q8_1: f16 scale (and sum), then 32
+            // quants; Q8_K: f32 scale, 256 quants, 16 sums).
+            let act = Kernels::activation_type(weight_ty);
+            let (block_elems, block_bytes) = (act.block_elems(), act.block_bytes());
+            let quant = |e: usize| -> (i8, f32) {
+                let at = (e / block_elems) * block_bytes;
+                let first = block_bytes - block_elems - if act == GgmlType::Q8_K { 32 } else { 0 };
+                let q = cpu[at + first + e % block_elems] as i8;
+                let d = if act == GgmlType::Q8_K { f32::from_bits(word(&cpu, at)) } else { half::f16::from_bits(u16::from_le_bytes([cpu[at], cpu[at + 1]])).to_f32() };
+                (q, d)
+            };
+            for (e, &q) in got[..cols].iter().enumerate() {
+                assert_eq!(q as i8, quant(e).0, "{rounding:?} {cols}: row {r} element {e}");
+            }
+            for blk in 0..cols / 32 {
+                let at = meta_offset + 8 * blk;
+                let sum: i32 = (0..32).map(|i| i32::from(quant(32 * blk + i).0)).sum();
+                assert_eq!(word(got, at + 4) as i32, sum, "{rounding:?} {cols}: row {r} block {blk} quant sum");
+                // Q8_0's record keeps the f32 scale the CPU rounds to f16.
+                let d = f32::from_bits(word(got, at));
+                let d = if rounding == ActRounding::Q8_K { d } else { half::f16::from_f32(d).to_f32() };
+                let want = quant(32 * blk).1;
+                assert!((d - want).abs() <= 1e-6 * want.abs(), "{rounding:?} {cols}: row {r} block {blk} scale {d} vs {want}");
+            }
+        }
+    }
+}
+
+#[test]
+fn fused_swiglu_quantizes_exactly_as_the_quantizer() {
+    // SwiGLU with the quantization for the down projection in one kernel: its f32 rows are the
+    // plain SwiGLU's bits, its records the quantizer's of those rows.
+    use strata_gpu::vulkan::kernels::ActRounding;
+    let Some(mut ops) = first_vulkan_ops() else { return };
+    let mut rng = rand::rngs::StdRng::seed_from_u64(41);
+    for (rounding, cols) in [(ActRounding::Q8_0, 1536usize), (ActRounding::Q8_0, 96), (ActRounding::Q8_K, 2304)] {
+        let rows = 3;
+        let (gate, up) = (random(&mut rng, rows * cols, 3.0), random(&mut rng, rows * cols, 3.0));
+        let (act, records) = ops.swiglu_with_records(rounding, &gate, &up, cols).expect("fused");
+        let plain = ops.swiglu(&gate, &up).expect("swiglu");
+        let first_diff = act.iter().zip(&plain).position(|(a, b)| a.to_bits() != b.to_bits());
+        assert!(first_diff.is_none(), "{rounding:?} {cols}: SwiGLU rows differ from element {first_diff:?} ({:?})", first_diff.map(|i| (act[i], plain[i])));
+        let want = ops.int_records(rounding, &plain, cols).expect("records");
+        // Each record's quants and block metadata (not the padding after them).
+        let (record, meta_offset) = (records.len() / rows, cols.next_multiple_of(16));
+        for r in 0..rows {
+            let (a, b) = (&records[r * record..(r + 1) * record], &want[r * record..(r + 1) * record]);
+            assert_eq!(a[..cols], b[..cols], "{rounding:?} {cols}: row {r} quants");
+            assert_eq!(a[meta_offset..meta_offset + cols / 32 * 8], b[meta_offset..meta_offset + cols / 32 * 8], "{rounding:?} {cols}: row {r} block scales and sums");
+        }
+    }
+}
+
+#[test]
 fn fused_rms_norm_quantizes_exactly_as_the_quantizer() {
     use strata_gpu::vulkan::kernels::ActRounding;
     let Some(mut ops) = first_vulkan_ops() else { return };

@@ -44,7 +44,8 @@ pub struct DeviceInfo {
     /// float16/int8/int16/int64 arithmetic, Vulkan 1.2).
     pub usable: bool,
     /// Whether shaders may use integer dot products (`VK_KHR_shader_integer_dot_product` with its
-    /// feature): the decode products then multiply 8-bit activations as integers.
+    /// feature, and subgroup quad operations for their activation quantizers): the decode
+    /// products then multiply 8-bit activations as integers.
     pub integer_dot_product: bool,
     /// Whether shaders may use f64 arithmetic (`shaderFloat64`).
     pub shader_float64: bool,
@@ -161,7 +162,9 @@ fn describe(instance: &ash::Instance, index: u32, pd: vk::PhysicalDevice) -> Res
     // SAFETY: as above.
     unsafe { instance.get_physical_device_features2(pd, &mut features2) };
     let core = features2.features;
-    let integer_dot_product = has_dot_ext && dot.shader_integer_dot_product == vk::TRUE;
+    // The integer kernels' activation quantizers use quad operations (shaders/quantize_lanes.glsl).
+    let quads = v11.subgroup_supported_operations.contains(vk::SubgroupFeatureFlags::QUAD) && v11.subgroup_supported_stages.contains(vk::ShaderStageFlags::COMPUTE);
+    let integer_dot_product = has_dot_ext && dot.shader_integer_dot_product == vk::TRUE && quads;
     let api = props.api_version;
     let usable = vk::api_version_major(api) >= 1
         && vk::api_version_minor(api) >= 2

@@ -25,6 +25,10 @@ pub enum WeightFormat {
     Q6_K,
 }
 
+/// Elements of a row each workgroup of the integer quantizers takes (quantize_act.comp INT_OUT
+/// builds: QuantizeActInt, SwiGluInt, AttentionCombineInt; its INT_CHUNK).
+pub(crate) const INT_QUANTIZE_CHUNK: usize = 256;
+
 /// Every kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kernel {
@@ -46,8 +50,9 @@ pub enum Kernel {
     /// the quantization by the last workgroup of each chunk of 256 outputs: opt-in, slower).
     MatVecIntSwiGlu(WeightFormat, ActRounding, ProductLayout),
     /// MatVecIntSwiGlu that writes the f32 SwiGLU row only (no tickets; the quantization runs
-    /// as a dispatch of its own): the default decode path.
-    MatVecIntSwiGluF32(WeightFormat, ProductLayout),
+    /// as a dispatch of its own): the default decode path. The last field: output rows a lane
+    /// group (1 or 2), each activation item read once for all of them.
+    MatVecIntSwiGluF32(WeightFormat, ProductLayout, u8),
     /// The integer kernel that computes the CPU device's bits (Q4_0, Q4_1, Q8_0, Q4_K): `nt`
     /// tokens per pass (1 or 4), each lane loading `unroll` blocks ahead (1, 2, 4 or 8; 1 or 2
     /// with 4 tokens).
@@ -280,7 +285,8 @@ impl Kernel {
             Kernel::MatVecIntRope(f, l) => per_layout!(f, l, "matvec_qkv", ""),
             Kernel::MatVecIntSwiGlu(f, ActRounding::Q8_0, l) => per_layout!(f, l, "matvec_swiglu", "_q8_0"),
             Kernel::MatVecIntSwiGlu(f, ActRounding::Q8_K, l) => per_layout!(f, l, "matvec_swiglu", "_q8_k"),
-            Kernel::MatVecIntSwiGluF32(f, l) => per_layout!(f, l, "matvec_swiglu", "_f32"),
+            Kernel::MatVecIntSwiGluF32(f, l, 2) => per_layout!(f, l, "matvec_swiglu", "_f32_p2"),
+            Kernel::MatVecIntSwiGluF32(f, l, _) => per_layout!(f, l, "matvec_swiglu", "_f32"),
             Kernel::AttentionDecodeFused(ActRounding::Q8_0) => spv!("attention_decode_fused_q8_0"),
             Kernel::AttentionDecodeFused(ActRounding::Q8_K) => spv!("attention_decode_fused_q8_k"),
             Kernel::MatVecExact { format: f, nt: 1, unroll: 1 } => per_exact_format!(f, "matvec_exact_t1_u1", v.fma_via_f64()),

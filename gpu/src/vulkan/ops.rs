@@ -10,7 +10,7 @@ use strata_quant::GgmlType;
 
 use super::context::VulkanContext;
 use super::conv;
-use super::kernels::{ActRounding, Kernel, Pipelines, Push, Recorder};
+use super::kernels::{ActRounding, Kernel, Pipelines, Push, Recorder, INT_QUANTIZE_CHUNK};
 use super::memory::{Buffer, MemoryKind, OneShot, Origin, VulkanKvMemory};
 use crate::backend_ops::{rope_angles, AttentionArgs, OpBackend};
 use crate::kv_memory::HostKvMemory;
@@ -106,8 +106,25 @@ impl VulkanOps {
         let xb = self.upload(&conv::f32_bytes(x))?;
         let out = self.output((rows * record_bytes).div_ceil(4))?;
         let push = Push::new().addr(xb.address()).addr(out.address()).u32(cols as u32).u32(cols as u32).u32(rows as u32).u32(record_bytes as u32).u32(meta_offset as u32);
-        self.run(|r| r.dispatch(Kernel::QuantizeActInt(rounding), &push, [(rows * cols.div_ceil(256)) as u32, 1, 1]))?;
+        self.run(|r| r.dispatch(Kernel::QuantizeActInt(rounding), &push, [(rows * cols.div_ceil(INT_QUANTIZE_CHUNK)) as u32, 1, 1]))?;
         Ok(out.mapped().unwrap_or(&[])[..rows * record_bytes].to_vec())
+    }
+
+    /// SwiGLU of `gate` and `up` (rows of `cols`) that also writes its output as 8-bit records
+    /// (the kernel the plan runs before the down projection when gate and up are two products):
+    /// (SwiGLU rows, records).
+    ///
+    /// # Errors
+    /// A device failure.
+    pub fn swiglu_with_records(&mut self, rounding: ActRounding, gate: &[f32], up: &[f32], cols: usize) -> Result<(Vec<f32>, Vec<u8>), DeviceError> {
+        let rows = gate.len() / cols;
+        let (record_bytes, meta_offset) = super::plan::int_act_record(cols);
+        let (g, u) = (self.upload(&conv::f32_bytes(gate))?, self.upload(&conv::f32_bytes(up))?);
+        let out = self.output(gate.len())?;
+        let records = self.output((rows * record_bytes).div_ceil(4))?;
+        let push = Push::new().addr(g.address()).addr(u.address()).addr(out.address()).addr(records.address()).u32(cols as u32).u32(cols as u32).u32(rows as u32).u32(record_bytes as u32).u32(meta_offset as u32);
+        self.run(|r| r.dispatch(Kernel::SwiGluInt(rounding), &push, [(rows * cols.div_ceil(INT_QUANTIZE_CHUNK)) as u32, 1, 1]))?;
+        Ok((Self::read(&out, gate.len()), records.mapped().unwrap_or(&[])[..rows * record_bytes].to_vec()))
     }
 
     /// RMSNorm of `x`'s rows that also writes them as 8-bit records (the fused kernel the plan
@@ -159,7 +176,6 @@ impl OpBackend for VulkanOps {
         let format = layout.format;
         let push = Push::new().addr(w.address()).addr(aux);
         let rounding = ActRounding::for_format(format);
-        let quantize_groups = [(n * cols.div_ceil(256)) as u32, 1, 1];
         match rounding {
             Some(r) if super::plan::uses_int_product(&self.ctx, format, n) => {
                 let (record_bytes, meta_offset) = super::plan::int_act_record(cols);
@@ -168,7 +184,7 @@ impl OpBackend for VulkanOps {
                 let push = push.addr(records.address()).addr(out.address()).addr(0).u32(rows as u32).u32(cols as u32).u32(n as u32).u32(record_bytes as u32).u32(rows as u32).u32(meta_offset as u32).u32(0);
                 let (kernel, groups) = super::plan::int_product_dispatch(&self.ctx, format, rows, cols, n);
                 self.run(|rec| {
-                    rec.dispatch(Kernel::QuantizeActInt(r), &quantize, quantize_groups)?;
+                    rec.dispatch(Kernel::QuantizeActInt(r), &quantize, [(n * cols.div_ceil(INT_QUANTIZE_CHUNK)) as u32, 1, 1])?;
                     rec.barrier();
                     rec.dispatch(kernel, &push, groups)
                 })?;
@@ -181,7 +197,7 @@ impl OpBackend for VulkanOps {
                 self.run(|rec| {
                     if let Some(r) = rounding {
                         let quantize = Push::new().addr(xb.address()).addr(rounded.address()).u32(cols as u32).u32(cols as u32).u32(n as u32);
-                        rec.dispatch(Kernel::QuantizeAct(r), &quantize, quantize_groups)?;
+                        rec.dispatch(Kernel::QuantizeAct(r), &quantize, [(n * cols.div_ceil(256)) as u32, 1, 1])?;
                         rec.barrier();
                     }
                     rec.dispatch(kernel, &push, groups)

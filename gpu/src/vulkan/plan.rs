@@ -14,7 +14,7 @@ use strata_model::RopeStyle;
 
 use super::context::VulkanContext;
 use super::conv::{self, GpuLayout};
-use super::kernels::{ActRounding, Kernel, Pipelines, ProductLayout, Push, Recorder, WeightFormat};
+use super::kernels::{ActRounding, Kernel, Pipelines, ProductLayout, Push, Recorder, WeightFormat, INT_QUANTIZE_CHUNK};
 use super::memory::{Buffer, DeviceArena, MemoryKind, Slice, Timeline, Uploader, VulkanKvMemory};
 use super::vk_error;
 use crate::kv_memory::HostKvMemory;
@@ -81,11 +81,27 @@ pub(crate) fn int_act_record(cols: usize) -> (usize, usize) {
     ((meta_offset + cols / 32 * 8).next_multiple_of(16), meta_offset)
 }
 
-/// Rows per workgroup of the one-token item kernel (matvec_q.comp): 2, or
-/// `STRATA_MATVEC_ROWS` (1, 2, 4 or 8), a tuning knob read once.
-fn int_rows_per_group() -> u8 {
-    static ROWS: std::sync::OnceLock<u8> = std::sync::OnceLock::new();
-    *ROWS.get_or_init(|| std::env::var("STRATA_MATVEC_ROWS").ok().and_then(|v| v.parse().ok()).filter(|r| [1u8, 2, 4, 8].contains(r)).unwrap_or(2))
+/// Output rows per lane group of the one-token gate/up kernel (MatVecIntSwiGluF32): 2 (each
+/// activation item read once for both: 7B Q4_K's gate+up 818 -> 798 us a token on the H200),
+/// or `STRATA_SWIGLU_PAIRS=1`, a tuning knob read once.
+fn swiglu_pairs() -> u8 {
+    static PAIRS: std::sync::OnceLock<u8> = std::sync::OnceLock::new();
+    *PAIRS.get_or_init(|| std::env::var("STRATA_SWIGLU_PAIRS").ok().and_then(|v| v.parse().ok()).filter(|p| [1u8, 2].contains(p)).unwrap_or(2))
+}
+
+/// Rows per workgroup of the one-token item kernel (matvec_q.comp) forced by
+/// `STRATA_MATVEC_ROWS` (1, 2, 4 or 8), a tuning knob read once; by default
+/// [`one_token_rows`] chooses.
+fn int_rows_knob() -> Option<u8> {
+    static ROWS: std::sync::OnceLock<Option<u8>> = std::sync::OnceLock::new();
+    *ROWS.get_or_init(|| std::env::var("STRATA_MATVEC_ROWS").ok().and_then(|v| v.parse().ok()).filter(|r| [1u8, 2, 4, 8].contains(r)))
+}
+
+/// Rows per lane group of the one-token item kernel: 4 where a row takes the whole workgroup
+/// (128 lanes: long rows, as a 7B shape's down projection, whose activation record each
+/// workgroup then reads once for four rows: 509 -> 471 us a token on the H200), 2 otherwise.
+fn one_token_rows(layout: ProductLayout) -> u8 {
+    int_rows_knob().unwrap_or(if layout == ProductLayout::Lanes128 { 4 } else { 2 })
 }
 
 /// Blocks each lane of matvec_exact.comp loads ahead: `STRATA_MATVEC_UNROLL` (1, 2, 4 or 8) if
@@ -114,7 +130,7 @@ pub(crate) fn int_product_dispatch(ctx: &VulkanContext, format: WeightFormat, ro
         (Kernel::MatVecInt(format, layout), [rows.div_ceil(2 * layout.groups()) as u32, n_tokens.div_ceil(4) as u32, 1])
     } else {
         let layout = product_layout(ctx, cols);
-        let per_group = int_rows_per_group();
+        let per_group = one_token_rows(layout);
         (Kernel::MatVecInt1(format, per_group, layout), [rows.div_ceil(per_group as usize * layout.groups()) as u32, 1, 1])
     }
 }
@@ -131,7 +147,7 @@ pub(crate) fn product_layout(ctx: &VulkanContext, cols: usize) -> ProductLayout 
     static KNOB: std::sync::OnceLock<Option<ProductLayout>> = std::sync::OnceLock::new();
     let forced = *KNOB.get_or_init(|| std::env::var("STRATA_MATVEC_LANES").ok().and_then(|v| v.parse().ok()).and_then(ProductLayout::with_lanes));
     let wanted = forced.unwrap_or(if cols / 32 <= 128 { ProductLayout::Lanes64 } else { ProductLayout::Lanes128 });
-    if int_rows_per_group() != 2 || ctx.info.subgroup_size > wanted.lanes_per_row() {
+    if int_rows_knob().is_some_and(|r| r != 2) || ctx.info.subgroup_size > wanted.lanes_per_row() {
         return ProductLayout::Lanes128;
     }
     wanted
@@ -726,8 +742,8 @@ impl VulkanPlan {
                     }
                     for r in &roundings {
                         let push = Push::new().addr(addr_of(*input)).addr(rounded[*r as usize].address).u32(cols as u32).u32(x_stride).u32(rows_in as u32).u32(record_bytes as u32).u32(meta_offset as u32);
-                        let kernel = if int { Kernel::QuantizeActInt(*r) } else { Kernel::QuantizeAct(*r) };
-                        rec.dispatch(kernel, &push, [(rows_in * cols.div_ceil(256)) as u32, 1, 1])?;
+                        let (kernel, chunk) = if int { (Kernel::QuantizeActInt(*r), INT_QUANTIZE_CHUNK) } else { (Kernel::QuantizeAct(*r), 256) };
+                        rec.dispatch(kernel, &push, [(rows_in * cols.div_ceil(chunk)) as u32, 1, 1])?;
                     }
                     if !roundings.is_empty() {
                         rec.barrier();
@@ -756,11 +772,12 @@ impl VulkanPlan {
                         if std::env::var("STRATA_VULKAN_FUSE_SWIGLU_PRODUCT").as_deref() != Ok("1") {
                             // The paired products write the f32 SwiGLU row; the quantization is
                             // a dispatch of its own (no tickets: faster on the H200).
-                            rec.dispatch(Kernel::MatVecIntSwiGluF32(g.layout.format, layout), &push, [g.rows.div_ceil(layout.groups()) as u32, 1, 1])?;
+                            let pairs = swiglu_pairs();
+                            rec.dispatch(Kernel::MatVecIntSwiGluF32(g.layout.format, layout, pairs), &push, [g.rows.div_ceil(layout.groups() * pairs as usize) as u32, 1, 1])?;
                             rec.barrier();
                             let (record_bytes, meta) = int_act_record(g.rows);
                             let quantize = Push::new().addr(addr_of(act)).addr(rounded[r as usize].address).u32(g.rows as u32).u32(g.rows as u32).u32(1).u32(record_bytes as u32).u32(meta as u32);
-                            rec.dispatch(Kernel::QuantizeActInt(r), &quantize, [g.rows.div_ceil(256) as u32, 1, 1])?;
+                            rec.dispatch(Kernel::QuantizeActInt(r), &quantize, [g.rows.div_ceil(INT_QUANTIZE_CHUNK) as u32, 1, 1])?;
                             prequantized = Some(rounded[r as usize].address);
                         } else {
                             rec.dispatch(Kernel::MatVecIntSwiGlu(g.layout.format, r, layout), &push, [g.rows.div_ceil(layout.groups()) as u32, 1, 1])?;
@@ -970,7 +987,7 @@ impl VulkanPlan {
                             // The merge and the quantization for the product that follows.
                             let cols = hp.n_heads * hp.head_dim;
                             let push = quantizing_push(&[partial.address, p_header, addr_of(*out)], rounded[r as usize].address, cols, out_width, n).u32(hp.head_dim as u32);
-                            rec.dispatch(Kernel::AttentionCombineInt(r), &push, [(n * cols.div_ceil(256)) as u32, 1, 1])?;
+                            rec.dispatch(Kernel::AttentionCombineInt(r), &push, [(n * cols.div_ceil(INT_QUANTIZE_CHUNK)) as u32, 1, 1])?;
                             prequantized = Some(rounded[r as usize].address);
                         } else {
                             let push = Push::new().addr(partial.address).addr(addr_of(*out)).addr(p_header).u32(hp.n_heads as u32).u32(hp.head_dim as u32).u32(out_width as u32);
@@ -983,7 +1000,7 @@ impl VulkanPlan {
                     if let Some(r) = fused_product_rounding(ctx, weights, ops.get(op_index + 1), *out, n, Some("STRATA_VULKAN_FUSE_SWIGLU")) {
                         // SwiGLU and the quantization for the product that follows in one dispatch.
                         let push = quantizing_push(&[addr_of(*gate), addr_of(*up), addr_of(*out)], rounded[r as usize].address, cols, cols, n);
-                        rec.dispatch(Kernel::SwiGluInt(r), &push, [(n * cols.div_ceil(256)) as u32, 1, 1])?;
+                        rec.dispatch(Kernel::SwiGluInt(r), &push, [(n * cols.div_ceil(INT_QUANTIZE_CHUNK)) as u32, 1, 1])?;
                         prequantized = Some(rounded[r as usize].address);
                     } else {
                         let count = (n * cols) as u32;
@@ -1147,8 +1164,8 @@ fn readback_kind() -> MemoryKind {
 
 /// Elements per row at most of the RMSNorm that also quantizes (shaders/rms_norm_q.comp, MAX_ROW),
 /// and the shared memory it declares.
-const RMS_NORM_INT_MAX_ROW: usize = 6144;
-const RMS_NORM_INT_SHARED_BYTES: u32 = (2 * 512 + RMS_NORM_INT_MAX_ROW as u32 / 4 * 3 + RMS_NORM_INT_MAX_ROW as u32 / 32 * 2) * 4;
+const RMS_NORM_INT_MAX_ROW: usize = 8192;
+const RMS_NORM_INT_SHARED_BYTES: u32 = 512 * 8 + RMS_NORM_INT_MAX_ROW as u32 / 32 * 8;
 
 /// Whether the quantizing RMSNorm (shaders/rms_norm_q.comp) takes rows of `width` elements
 /// rounded as `r`: a row its registers and shared memory hold, whole blocks, a 512-wide workgroup.

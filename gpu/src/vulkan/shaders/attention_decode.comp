@@ -7,7 +7,8 @@
 //
 // Per tile of 64 positions: two invocations per position take one half of the K row each (eight
 // 16-byte loads in flight), the scores go through an online softmax, and the weighted V rows are
-// summed by invocations that own two dimensions and a slice of the tile. The partial result
+// summed by invocations that own two dimensions and a slice of the tile (the slice's first rows
+// loaded before the softmax, whose latency then hides theirs). The partial result
 // (max, sum, weighted values) has attention.comp's layout; attention_combine.comp merges splits.
 // Nothing depends on the step's other tokens: a token's result is the same in any decode batch.
 #include "common.glsl"
@@ -16,6 +17,8 @@
 #define TILE 64
 #define MAX_HD 256
 #define MAX_SUBGROUPS 128
+// V rows of an invocation's slice loaded before the tile's softmax.
+#define PRE 32
 
 layout(local_size_x = WG) in;
 
@@ -60,8 +63,8 @@ layout(buffer_reference, std430, buffer_reference_align = 8) buffer U32x2s { uve
 #else
 #define SEG 32
 #endif
-#define QC_WG WG
-#include "quantize_chunk.glsl"
+#define QL_BLOCKS (WG * 8 / 32)
+#include "quantize_lanes.glsl"
 shared uint ticket;
 #define PARTIAL_BUF F32sC
 #else
@@ -145,6 +148,16 @@ void main() {
         }
         half_dot[tid] = dot;
         barrier();
+        // The first PRE rows of this invocation's V slice, loaded now (the tile's cells are
+        // known) so that they arrive while the softmax runs instead of after it.
+        uint n_tile = min(TILE, j_end - j0);
+        uint i_begin = vg * slice;
+        uint i_end = min(n_tile, i_begin + slice);
+        uint vbase = kvh * hd / 2 + dp;
+        uint vpre[PRE];
+        [[unroll]] for (uint u = 0; u < PRE; u++) {
+            vpre[u] = vg < v_groups && i_begin + u < i_end ? vc.v[cells[i_begin + u] * (pc.row_stride / 2) + vbase] : 0u;
+        }
         float s = (tid < TILE && valid) ? (half_dot[tid] + half_dot[tid + TILE]) * pc.scale : -1.0 / 0.0;
         // The tile's maximum: subgroup maxima, then across subgroups.
         float sm = subgroupMax(s);
@@ -175,12 +188,13 @@ void main() {
         l = l * factor + sum;
         acc *= factor;
         if (vg < v_groups) {
-            uint n_tile = min(TILE, j_end - j0);
-            uint i_begin = vg * slice;
-            uint i_end = min(n_tile, i_begin + slice);
-            uint vbase = kvh * hd / 2 + dp;
-            // Sixteen V loads in flight, then the sums in position order.
-            for (uint i0 = i_begin; i0 < i_end; i0 += 16) {
+            [[unroll]] for (uint u = 0; u < PRE; u++) {
+                if (i_begin + u < i_end) {
+                    acc += p[i_begin + u] * unpackHalf2x16(vpre[u]);
+                }
+            }
+            // The rest: sixteen V loads in flight, then the sums in position order.
+            for (uint i0 = i_begin + PRE; i0 < i_end; i0 += 16) {
                 uint raw[16];
                 [[unroll]] for (uint u = 0; u < 16; u++) {
                     raw[u] = i0 + u < i_end ? vc.v[cells[i0 + u] * (pc.row_stride / 2) + vbase] : 0u;
@@ -231,16 +245,22 @@ void main() {
     }
     // The chunk's last workgroup: every split of its heads is written.
     memoryBarrierBuffer();
-    float vs[QC_PER];
-    [[unroll]] for (uint k = 0; k < QC_PER; k++) {
-        uint e = chunk * 256 + tid + WG * k;
+    // The chunk's 256 outputs are the first 32 slots' (the others hold zeros and write nothing).
+    uint slot = ql_slot();
+    uint e0 = slot < 32 ? chunk * 256 + 8 * slot : cols;
+    float vs[8];
+    [[unroll]] for (uint k = 0; k < 8; k++) {
         vs[k] = 0.0;
-        if (e < cols) {
-            uint rec = (t * pc.n_heads + e / hd) * n_splits * (hd + 2);
-            vs[k] = merge_splits(F32sC(pc.partial), rec, n_splits, hd, e % hd);
-        }
     }
-    quantize_chunk(tid, chunk * 256, vs, cols, pc.records + uint64_t(t) * pc.record_bytes, pc.meta_offset);
+    if (e0 < cols) {
+        uint rec = (t * pc.n_heads + e0 / hd) * n_splits * (hd + 2);
+        merge_splits8(F32sC(pc.partial), rec, n_splits, hd, e0 % hd, vs);
+    }
+    vec2 block = ql_block_max(vs, slot);
+#if SEG == 256
+    barrier();
+#endif
+    ql_write(vs, block, slot, e0, cols, pc.records + uint64_t(t) * pc.record_bytes, pc.meta_offset);
     if (tid == 0) {
         U32sC(pc.counters).v[counter] = 0;
     }

@@ -79,12 +79,18 @@ float fma_once(float a, float b, float c) {
 
 // ggml's vectorized expf (AVX-512 build), which the CPU device computes bit for bit
 // (strata-quant's ggml_float::v_expf): range reduction by ln 2, a degree-5 polynomial, 2^n.
-// `precise`: compilers may otherwise fold `(x*c + shift) - shift` into `x*c` (Mesa does), which
-// drops the rounding to an integer this relies on.
+// The rounding to an integer, z = x / ln 2 + 1.5 * 2^23 rounded once, gives n = z - 1.5 * 2^23;
+// n is read from z's significand (z's exponent is 2^23's for |n| < 2^22) because compilers fold
+// the float subtraction `(x*c + shift) - shift` into `x*c` even when `precise` (Mesa's vectorizer
+// did, for all but the first of eight unrolled calls), which drops that rounding. Beyond |x| =
+// 10^6 (where ggml's n overflows its range check) the result is ggml's: 0 or infinity.
 float ggml_expf(float x) {
+    if (abs(x) > 1.0e6) {
+        return x < 0.0 ? 0.0 : uintBitsToFloat(0x7f800000u);
+    }
     const float shift = 12582912.0;
     precise float z = fma_once(x, uintBitsToFloat(0x3fb8aa3bu), shift);
-    precise float n = z - shift;
+    float n = float(int(floatBitsToUint(z) & 0x7FFFFFu) - 0x400000);
     precise float b = fma_once(-n, uintBitsToFloat(0x35bfbe8eu), fma_once(-n, uintBitsToFloat(0x3f317200u), x));
     if (abs(n) > 192.0) {
         return n <= 0.0 ? 0.0 : uintBitsToFloat(0x7f800000u);

@@ -67,7 +67,7 @@ layout(push_constant) uniform Push {
 // The gate and up projections of one decoding token with SwiGLU and the quantization for the
 // down projection in the epilogue: a workgroup owns row i of gate and row i of up and writes
 // silu(gate_i) * up_i; the last workgroup to finish a chunk of 256 outputs (its ticket from an
-// atomic counter) quantizes the chunk (quantize_chunk.glsl, as quantize_act.comp SWIGLU does).
+// atomic counter) quantizes the chunk (quantize_lanes.glsl, as quantize_act.comp SWIGLU does).
 layout(push_constant) uniform Push {
     uint64_t w;
     uint64_t aux;
@@ -108,15 +108,26 @@ layout(buffer_reference, std430, buffer_reference_align = 8) buffer U32x2s { uve
 #include "matvec_q_items.glsl"
 
 #if defined(SWIGLU_PAIR)
-#define W_OF(r) ((r) == 0 ? pc.w : pc.w2)
-#define AUX_OF(r) ((r) == 0 ? pc.aux : pc.aux2)
+// PAIRS output rows a unit (ROWS = 2 * PAIRS): rows r = 2p, 2p + 1 are gate and up of output row
+// unit * PAIRS + p, so the unit's lanes read each activation item once for PAIRS outputs.
+#ifndef PAIRS
+#define PAIRS 1
+#endif
+#if ROWS != 2 * PAIRS
+#error "a SwiGLU unit holds a gate and an up row per output"
+#endif
+#if PAIRS > 1 && !defined(NO_TICKET)
+#error "the ticket epilogue takes one output a unit"
+#endif
+#define W_OF(r) ((r) % 2 == 0 ? pc.w : pc.w2)
+#define AUX_OF(r) ((r) % 2 == 0 ? pc.aux : pc.aux2)
 #if defined(ACT_Q8_K)
 #define SEG 256
 #else
 #define SEG 32
 #endif
-#define QC_WG WG
-#include "quantize_chunk.glsl"
+#define QL_BLOCKS (WG * 8 / 32)
+#include "quantize_lanes.glsl"
 shared uint ticket;
 #else
 #define W_OF(r) pc.w
@@ -156,8 +167,8 @@ void main() {
     uint n_tokens = 1;
     uint x_stride = 0;
 #elif defined(SWIGLU_PAIR)
-    bool unit_valid = unit < pc.rows;
-    uint out_row = min(unit, pc.rows - 1);
+    bool unit_valid = unit * PAIRS < pc.rows;
+    uint out_row = min(unit * PAIRS, pc.rows - 1);
     uint t0 = 0;
     uint n_tokens = 1;
     uint x_stride = 0;
@@ -211,7 +222,7 @@ void main() {
 #if defined(QKV_ROPE)
             uint row = pair[r];
 #elif defined(SWIGLU_PAIR)
-            uint row = out_row;
+            uint row = min(out_row + r / 2, pc.rows - 1);
 #else
             uint row = min(row0 + r, pc.rows - 1);
 #endif
@@ -271,16 +282,18 @@ void main() {
     }
 #elif defined(SWIGLU_PAIR)
     if (lane == 0) {
-        float gu[2];
-        [[unroll]] for (uint r = 0; r < 2; r++) {
-            float s = 0.0;
-            for (uint sg = sg_first; sg < sg_end; sg++) {
-                s += partials[sg][r];
+        [[unroll]] for (uint p = 0; p < PAIRS; p++) {
+            float gu[2];
+            [[unroll]] for (uint r = 0; r < 2; r++) {
+                float s = 0.0;
+                for (uint sg = sg_first; sg < sg_end; sg++) {
+                    s += partials[sg][2 * p + r];
+                }
+                gu[r] = s;
             }
-            gu[r] = s;
-        }
-        if (unit_valid) {
-            F32sC(pc.act).v[out_row] = ggml_silu(gu[0]) * gu[1];
+            if (unit_valid && out_row + p < pc.rows) {
+                F32sC(pc.act).v[out_row + p] = ggml_silu(gu[0]) * gu[1];
+            }
         }
 #if !defined(NO_TICKET)
         memoryBarrierBuffer();
@@ -303,12 +316,18 @@ void main() {
     }
     // The chunk's last workgroup: every other one's output is written.
     memoryBarrierBuffer();
-    float vs[QC_PER];
-    [[unroll]] for (uint k = 0; k < QC_PER; k++) {
-        uint e = chunk * 256 + tid + WG * k;
-        vs[k] = e < pc.rows ? F32sC(pc.act).v[e] : 0.0;
+    // The chunk's 256 outputs are the first 32 slots' (the others hold zeros and write nothing).
+    uint slot = ql_slot();
+    uint e0 = slot < 32 ? chunk * 256 + 8 * slot : pc.rows;
+    float vs[8];
+    [[unroll]] for (uint k = 0; k < 8; k++) {
+        vs[k] = e0 + k < pc.rows ? F32sC(pc.act).v[e0 + k] : 0.0;
     }
-    quantize_chunk(tid, chunk * 256, vs, pc.rows, pc.records, pc.out_meta_offset);
+    vec2 block = ql_block_max(vs, slot);
+#if SEG == 256
+    barrier();
+#endif
+    ql_write(vs, block, slot, e0, pc.rows, pc.records, pc.out_meta_offset);
     if (tid == 0) {
         U32sC(pc.counters).v[chunk] = 0;
     }

@@ -3,17 +3,26 @@
 // (ggml's x86 quantizers): Q8_0/Q8_1 (blocks of 32, scale amax/127 stored as f16, values times
 // 127/amax rounded half to even) for Q4_0, Q4_1 and Q8_0 weights; Q8_K (blocks of 256, scale -max/127 in f32,
 // round half to even) for the K-quants. The devices then multiply the same activations, so Vulkan
-// agrees with the CPU reference. One workgroup per 256 elements of a row, one invocation per
-// element; the block maximum is a tree reduction that keeps the first element on ties, as the
-// CPU's scan does.
+// agrees with the CPU reference.
 //
-// Two outputs, by build: the rounded values as f32 (for the float kernels), or (INT_OUT) the
-// 8-bit quants themselves for the integer-dot-product kernels, as one record per row: the quants
-// at byte 0, then at `meta_offset` one (scale as f32 bits, sum of the 32 quants) pair per block of
-// 32 (for Q8_K the super-block's scale repeated in each of its eight blocks).
+// Two outputs, by build: the rounded values as f32 (for the float kernels: one workgroup per 256
+// elements of a row, one invocation per element, the block maximum a tree reduction that keeps
+// the first element on ties, as the CPU's scan does), or (INT_OUT) the 8-bit quants themselves
+// for the integer-dot-product kernels (quantize_lanes.glsl: one workgroup per INT_CHUNK elements
+// of a row, eight per invocation), as one record per row: the quants at byte 0, then at
+// `meta_offset` one (scale as f32 bits, sum of the 32 quants) pair per block of 32 (for Q8_K the
+// super-block's scale repeated in each of its eight blocks).
 #include "common.glsl"
 
-layout(local_size_x = 256) in;
+#ifdef INT_OUT
+// Elements per workgroup (kernels.rs, INT_QUANTIZE_CHUNK): one Q8_K super-block, so a row of a
+// 7B shape's FFN spreads over 74 workgroups.
+#define WG 32
+#define INT_CHUNK (WG * 8)
+#else
+#define WG 256
+#endif
+layout(local_size_x = WG) in;
 
 layout(push_constant) uniform Push {
     uint64_t x;
@@ -38,14 +47,6 @@ layout(push_constant) uniform Push {
 
 #ifdef COMBINE
 #include "attention_merge.glsl"
-
-// Element e of token t's attention output: its head's split results merged.
-float combined(uint t, uint e) {
-    uint hd = pc.head_dim;
-    uint n_splits = U32s(pc.header).v[0];
-    uint base = (t * (pc.cols / hd) + e / hd) * n_splits * (hd + 2);
-    return merge_splits(F32s(pc.x), base, n_splits, hd, e % hd);
-}
 #endif
 
 #if defined(ACT_Q8_K)
@@ -57,39 +58,78 @@ float combined(uint t, uint e) {
 layout(buffer_reference, std430, buffer_reference_align = 8) buffer U32x2s { uvec2 v[]; };
 
 #ifdef INT_OUT
-#define QC_WG 256
-#include "quantize_chunk.glsl"
+#define QL_BLOCKS (INT_CHUNK / 32)
+#include "quantize_lanes.glsl"
 #else
 shared float sa[256];
 shared float sv[256];
 #endif
 
+#if defined(COMBINE)
+// Elements e0 .. e0 + 7 of token `row`'s attention output (its head's split results merged; a
+// head's width is a multiple of 8; 0.0 past the row), also written as f32.
+void input_run(uint row, uint e0, out float v[8]) {
+    [[unroll]] for (uint k = 0; k < 8; k++) {
+        v[k] = 0.0;
+    }
+    if (e0 >= pc.cols) {
+        return;
+    }
+    uint hd = pc.head_dim;
+    uint n_splits = U32s(pc.header).v[0];
+    uint base = (row * (pc.cols / hd) + e0 / hd) * n_splits * (hd + 2);
+    merge_splits8(F32s(pc.x), base, n_splits, hd, e0 % hd, v);
+    [[unroll]] for (uint k = 0; k < 8; k++) {
+        F32s(pc.combine_out).v[row * pc.stride + e0 + k] = v[k];
+    }
+}
+#elif defined(SWIGLU)
+// Elements e0 .. e0 + 7 of row `row`'s SwiGLU (0.0 past the row), also written as f32.
+void input_run(uint row, uint e0, out float v[8]) {
+    float g[8];
+    float u[8];
+    [[unroll]] for (uint k = 0; k < 8; k++) {
+        bool in_row = e0 + k < pc.cols;
+        g[k] = in_row ? F32s(pc.x).v[row * pc.stride + e0 + k] : 0.0;
+        u[k] = in_row ? F32s(pc.up).v[row * pc.stride + e0 + k] : 0.0;
+    }
+    [[unroll]] for (uint k = 0; k < 8; k++) {
+        v[k] = 0.0;
+        if (e0 + k < pc.cols) {
+            v[k] = ggml_silu(g[k]) * u[k];
+            F32s(pc.swiglu_out).v[row * pc.stride + e0 + k] = v[k];
+        }
+    }
+}
+#elif defined(INT_OUT)
+// Elements e0 .. e0 + 7 of row `row` (0.0 past the row).
+void input_run(uint row, uint e0, out float v[8]) {
+    [[unroll]] for (uint k = 0; k < 8; k++) {
+        v[k] = e0 + k < pc.cols ? F32s(pc.x).v[row * pc.stride + e0 + k] : 0.0;
+    }
+}
+#endif
+
 void main() {
+#ifdef INT_OUT
+    uint chunks = (pc.cols + INT_CHUNK - 1) / INT_CHUNK;
+    uint row = gl_WorkGroupID.x / chunks;
+    uint slot = ql_slot();
+    uint e0 = (gl_WorkGroupID.x % chunks) * INT_CHUNK + 8 * slot;
+    float v[8];
+    input_run(row, e0, v);
+    vec2 block = ql_block_max(v, slot);
+#if SEG == 256
+    barrier();
+#endif
+    ql_write(v, block, slot, e0, pc.cols, pc.out_ + uint64_t(row) * pc.out_stride, pc.meta_offset);
+#else
     uint tid = gl_LocalInvocationID.x;
     uint chunks = (pc.cols + 255) / 256;
     uint row = gl_WorkGroupID.x / chunks;
     uint e = (gl_WorkGroupID.x % chunks) * 256 + tid;
     bool valid = e < pc.cols;
-#ifdef SWIGLU
-    float v = 0.0;
-    if (valid) {
-        float g = F32s(pc.x).v[row * pc.stride + e];
-        v = ggml_silu(g) * F32s(pc.up).v[row * pc.stride + e];
-        F32s(pc.swiglu_out).v[row * pc.stride + e] = v;
-    }
-#elif defined(COMBINE)
-    float v = 0.0;
-    if (valid) {
-        v = combined(row, e);
-        F32s(pc.combine_out).v[row * pc.stride + e] = v;
-    }
-#else
     float v = valid ? F32s(pc.x).v[row * pc.stride + e] : 0.0;
-#endif
-#ifdef INT_OUT
-    float vs[1] = { v };
-    quantize_chunk(tid, e - tid, vs, pc.cols, pc.out_ + uint64_t(row) * pc.out_stride, pc.meta_offset);
-#else
     sa[tid] = abs(v);
     sv[tid] = v;
     for (uint s = SEG / 2; s > 0; s >>= 1) {
