@@ -81,12 +81,14 @@ pub(crate) fn int_act_record(cols: usize) -> (usize, usize) {
     ((meta_offset + cols / 32 * 8).next_multiple_of(16), meta_offset)
 }
 
-/// Output rows per lane group of the one-token gate/up kernel (MatVecIntSwiGluF32): 2 (each
-/// activation item read once for both: 7B Q4_K's gate+up 818 -> 798 us a token on the H200),
-/// or `STRATA_SWIGLU_PAIRS=1`, a tuning knob read once.
-fn swiglu_pairs() -> u8 {
-    static PAIRS: std::sync::OnceLock<u8> = std::sync::OnceLock::new();
-    *PAIRS.get_or_init(|| std::env::var("STRATA_SWIGLU_PAIRS").ok().and_then(|v| v.parse().ok()).filter(|p| [1u8, 2].contains(p)).unwrap_or(2))
+/// Output rows per lane group of the one-token gate/up kernel (MatVecIntSwiGluF32): for Q4_K 2
+/// (each activation item read once for both: 7B Q4_K's gate+up 818 -> 798 us a token on the
+/// H200), else 1 (7B Q4_0's went 781 -> 813); `STRATA_SWIGLU_PAIRS` (1 or 2) forces either, a
+/// tuning knob read once.
+fn swiglu_pairs(format: WeightFormat) -> u8 {
+    static PAIRS: std::sync::OnceLock<Option<u8>> = std::sync::OnceLock::new();
+    let knob = *PAIRS.get_or_init(|| std::env::var("STRATA_SWIGLU_PAIRS").ok().and_then(|v| v.parse().ok()).filter(|p| [1u8, 2].contains(p)));
+    knob.unwrap_or(if format == WeightFormat::Q4_K { 2 } else { 1 })
 }
 
 /// Rows per workgroup of the one-token item kernel (matvec_q.comp) forced by
@@ -97,11 +99,12 @@ fn int_rows_knob() -> Option<u8> {
     *ROWS.get_or_init(|| std::env::var("STRATA_MATVEC_ROWS").ok().and_then(|v| v.parse().ok()).filter(|r| [1u8, 2, 4, 8].contains(r)))
 }
 
-/// Rows per lane group of the one-token item kernel: 4 where a row takes the whole workgroup
-/// (128 lanes: long rows, as a 7B shape's down projection, whose activation record each
-/// workgroup then reads once for four rows: 509 -> 471 us a token on the H200), 2 otherwise.
-fn one_token_rows(layout: ProductLayout) -> u8 {
-    int_rows_knob().unwrap_or(if layout == ProductLayout::Lanes128 { 4 } else { 2 })
+/// Rows per lane group of the one-token item kernel: for Q4_K, 4 where a row takes the whole
+/// workgroup (128 lanes: long rows, as a 7B shape's down projection, whose activation record
+/// each workgroup then reads once for four rows: 509 -> 474 us a token on the H200); 2 otherwise
+/// (Q4_0's down projection went the other way, 427 -> 470 us).
+fn one_token_rows(format: WeightFormat, layout: ProductLayout) -> u8 {
+    int_rows_knob().unwrap_or(if format == WeightFormat::Q4_K && layout == ProductLayout::Lanes128 { 4 } else { 2 })
 }
 
 /// Blocks each lane of matvec_exact.comp loads ahead: `STRATA_MATVEC_UNROLL` (1, 2, 4 or 8) if
@@ -130,7 +133,7 @@ pub(crate) fn int_product_dispatch(ctx: &VulkanContext, format: WeightFormat, ro
         (Kernel::MatVecInt(format, layout), [rows.div_ceil(2 * layout.groups()) as u32, n_tokens.div_ceil(4) as u32, 1])
     } else {
         let layout = product_layout(ctx, cols);
-        let per_group = one_token_rows(layout);
+        let per_group = one_token_rows(format, layout);
         (Kernel::MatVecInt1(format, per_group, layout), [rows.div_ceil(per_group as usize * layout.groups()) as u32, 1, 1])
     }
 }
@@ -772,7 +775,7 @@ impl VulkanPlan {
                         if std::env::var("STRATA_VULKAN_FUSE_SWIGLU_PRODUCT").as_deref() != Ok("1") {
                             // The paired products write the f32 SwiGLU row; the quantization is
                             // a dispatch of its own (no tickets: faster on the H200).
-                            let pairs = swiglu_pairs();
+                            let pairs = swiglu_pairs(g.layout.format);
                             rec.dispatch(Kernel::MatVecIntSwiGluF32(g.layout.format, layout, pairs), &push, [g.rows.div_ceil(layout.groups() * pairs as usize) as u32, 1, 1])?;
                             rec.barrier();
                             let (record_bytes, meta) = int_act_record(g.rows);

@@ -20,15 +20,8 @@ void main() {
     uint n_splits = U32s(pc.header).v[0];
     uint hd = pc.head_dim;
     uint base = (t * pc.n_heads + h) * n_splits * (hd + 2);
-    // Each invocation merges its own eight dimensions (the weights' sums in the same order
-    // everywhere).
-    for (uint d0 = 8 * gl_LocalInvocationID.x; d0 < hd; d0 += 8 * 128) {
-        float o[8];
-        merge_splits8(F32s(pc.partial), base, n_splits, hd, d0, o);
-        [[unroll]] for (uint k = 0; k < 8; k++) {
-            if (d0 + k < hd) {
-                F32s(pc.out_).v[t * pc.out_stride + h * hd + d0 + k] = o[k];
-            }
-        }
+    // Each invocation merges its own dimensions (the weights' sums in the same order everywhere).
+    for (uint d = gl_LocalInvocationID.x; d < hd; d += 128) {
+        F32s(pc.out_).v[t * pc.out_stride + h * hd + d] = merge_splits(F32s(pc.partial), base, n_splits, hd, d);
     }
 }

@@ -18,7 +18,9 @@
 #define MAX_HD 256
 #define MAX_SUBGROUPS 128
 // V rows of an invocation's slice loaded before the tile's softmax.
+#ifndef PRE
 #define PRE 32
+#endif
 
 layout(local_size_x = WG) in;
 
@@ -66,6 +68,7 @@ layout(buffer_reference, std430, buffer_reference_align = 8) buffer U32x2s { uve
 #define QL_BLOCKS (WG * 8 / 32)
 #include "quantize_lanes.glsl"
 shared uint ticket;
+shared float merged[256];
 #define PARTIAL_BUF F32sC
 #else
 #define PARTIAL_BUF F32s
@@ -154,10 +157,12 @@ void main() {
         uint i_begin = vg * slice;
         uint i_end = min(n_tile, i_begin + slice);
         uint vbase = kvh * hd / 2 + dp;
+#if PRE > 0
         uint vpre[PRE];
         [[unroll]] for (uint u = 0; u < PRE; u++) {
             vpre[u] = vg < v_groups && i_begin + u < i_end ? vc.v[cells[i_begin + u] * (pc.row_stride / 2) + vbase] : 0u;
         }
+#endif
         float s = (tid < TILE && valid) ? (half_dot[tid] + half_dot[tid + TILE]) * pc.scale : -1.0 / 0.0;
         // The tile's maximum: subgroup maxima, then across subgroups.
         float sm = subgroupMax(s);
@@ -188,11 +193,13 @@ void main() {
         l = l * factor + sum;
         acc *= factor;
         if (vg < v_groups) {
+#if PRE > 0
             [[unroll]] for (uint u = 0; u < PRE; u++) {
                 if (i_begin + u < i_end) {
                     acc += p[i_begin + u] * unpackHalf2x16(vpre[u]);
                 }
             }
+#endif
             // The rest: sixteen V loads in flight, then the sums in position order.
             for (uint i0 = i_begin + PRE; i0 < i_end; i0 += 16) {
                 uint raw[16];
@@ -245,16 +252,23 @@ void main() {
     }
     // The chunk's last workgroup: every split of its heads is written.
     memoryBarrierBuffer();
-    // The chunk's 256 outputs are the first 32 slots' (the others hold zeros and write nothing).
+    // Each invocation merges two of the chunk's 256 outputs (a merge walks every split), then
+    // the first 32 slots take eight each (the others hold zeros and write nothing).
+    [[unroll]] for (uint k = 0; k < 2; k++) {
+        uint e = chunk * 256 + tid + WG * k;
+        float m = 0.0;
+        if (e < cols) {
+            uint rec = (t * pc.n_heads + e / hd) * n_splits * (hd + 2);
+            m = merge_splits(F32sC(pc.partial), rec, n_splits, hd, e % hd);
+        }
+        merged[tid + WG * k] = m;
+    }
+    barrier();
     uint slot = ql_slot();
     uint e0 = slot < 32 ? chunk * 256 + 8 * slot : cols;
     float vs[8];
     [[unroll]] for (uint k = 0; k < 8; k++) {
-        vs[k] = 0.0;
-    }
-    if (e0 < cols) {
-        uint rec = (t * pc.n_heads + e0 / hd) * n_splits * (hd + 2);
-        merge_splits8(F32sC(pc.partial), rec, n_splits, hd, e0 % hd, vs);
+        vs[k] = slot < 32 ? merged[8 * slot + k] : 0.0;
     }
     vec2 block = ql_block_max(vs, slot);
 #if SEG == 256

@@ -14,11 +14,17 @@
 // super-block's scale repeated in each of its eight blocks).
 #include "common.glsl"
 
-#ifdef INT_OUT
+#if defined(INT_OUT)
 // Elements per workgroup (kernels.rs, INT_QUANTIZE_CHUNK): one Q8_K super-block, so a row of a
-// 7B shape's FFN spreads over 74 workgroups.
+// 7B shape's FFN spreads over 74 workgroups. 32 invocations of eight elements each, or (COMBINE)
+// 256 that merge one element each (a merge walks every split: at long contexts, 128 of them)
+// and hand them to the first 32 through shared memory.
+#define INT_CHUNK 256
+#if defined(COMBINE)
+#define WG 256
+#else
 #define WG 32
-#define INT_CHUNK (WG * 8)
+#endif
 #else
 #define WG 256
 #endif
@@ -58,7 +64,7 @@ layout(push_constant) uniform Push {
 layout(buffer_reference, std430, buffer_reference_align = 8) buffer U32x2s { uvec2 v[]; };
 
 #ifdef INT_OUT
-#define QL_BLOCKS (INT_CHUNK / 32)
+#define QL_BLOCKS (WG * 8 / 32)
 #include "quantize_lanes.glsl"
 #else
 shared float sa[256];
@@ -66,21 +72,28 @@ shared float sv[256];
 #endif
 
 #if defined(COMBINE)
-// Elements e0 .. e0 + 7 of token `row`'s attention output (its head's split results merged; a
-// head's width is a multiple of 8; 0.0 past the row), also written as f32.
+shared float merged[INT_CHUNK];
+
+// Elements e0 .. e0 + 7 of token `row`'s attention output (its head's split results merged; 0.0
+// past the row), also written as f32: each invocation merges element `first + tid` of the
+// workgroup's chunk, then takes its eight from shared memory.
 void input_run(uint row, uint e0, out float v[8]) {
-    [[unroll]] for (uint k = 0; k < 8; k++) {
-        v[k] = 0.0;
+    uint tid = gl_LocalInvocationID.x;
+    uint chunks = (pc.cols + INT_CHUNK - 1) / INT_CHUNK;
+    uint e = (gl_WorkGroupID.x % chunks) * INT_CHUNK + tid;
+    float m = 0.0;
+    if (e < pc.cols) {
+        uint hd = pc.head_dim;
+        uint n_splits = U32s(pc.header).v[0];
+        uint base = (row * (pc.cols / hd) + e / hd) * n_splits * (hd + 2);
+        m = merge_splits(F32s(pc.x), base, n_splits, hd, e % hd);
+        F32s(pc.combine_out).v[row * pc.stride + e] = m;
     }
-    if (e0 >= pc.cols) {
-        return;
-    }
-    uint hd = pc.head_dim;
-    uint n_splits = U32s(pc.header).v[0];
-    uint base = (row * (pc.cols / hd) + e0 / hd) * n_splits * (hd + 2);
-    merge_splits8(F32s(pc.x), base, n_splits, hd, e0 % hd, v);
+    merged[tid] = m;
+    barrier();
+    uint at = 8 * ql_slot();
     [[unroll]] for (uint k = 0; k < 8; k++) {
-        F32s(pc.combine_out).v[row * pc.stride + e0 + k] = v[k];
+        v[k] = at < INT_CHUNK ? merged[at + k] : 0.0;
     }
 }
 #elif defined(SWIGLU)
@@ -115,7 +128,8 @@ void main() {
     uint chunks = (pc.cols + INT_CHUNK - 1) / INT_CHUNK;
     uint row = gl_WorkGroupID.x / chunks;
     uint slot = ql_slot();
-    uint e0 = (gl_WorkGroupID.x % chunks) * INT_CHUNK + 8 * slot;
+    // (COMBINE: slots past the chunk hold zeros and write nothing.)
+    uint e0 = slot < INT_CHUNK / 8 ? (gl_WorkGroupID.x % chunks) * INT_CHUNK + 8 * slot : pc.cols;
     float v[8];
     input_run(row, e0, v);
     vec2 block = ql_block_max(v, slot);
