@@ -25,9 +25,12 @@ pub enum WeightFormat {
     Q6_K,
 }
 
-/// Elements of a row each workgroup of the integer quantizers takes (quantize_act.comp INT_OUT
-/// builds: QuantizeActInt, SwiGluInt, AttentionCombineInt; its INT_CHUNK).
-pub(crate) const INT_QUANTIZE_CHUNK: usize = 256;
+/// Workgroups of an integer quantizer (quantize_act.comp INT_OUT builds: QuantizeActInt,
+/// SwiGluInt, AttentionCombineInt) over `rows` rows of `cols` activations: one per 256 elements
+/// of a row (its INT_CHUNK).
+pub(crate) fn int_quantize_groups(rows: usize, cols: usize) -> [u32; 3] {
+    [(rows * cols.div_ceil(256)) as u32, 1, 1]
+}
 
 /// Every kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -10,7 +10,7 @@ use strata_quant::GgmlType;
 
 use super::context::VulkanContext;
 use super::conv;
-use super::kernels::{ActRounding, Kernel, Pipelines, Push, Recorder, INT_QUANTIZE_CHUNK};
+use super::kernels::{int_quantize_groups, ActRounding, Kernel, Pipelines, Push, Recorder};
 use super::memory::{Buffer, MemoryKind, OneShot, Origin, VulkanKvMemory};
 use crate::backend_ops::{rope_angles, AttentionArgs, OpBackend};
 use crate::kv_memory::HostKvMemory;
@@ -106,7 +106,7 @@ impl VulkanOps {
         let xb = self.upload(&conv::f32_bytes(x))?;
         let out = self.output((rows * record_bytes).div_ceil(4))?;
         let push = Push::new().addr(xb.address()).addr(out.address()).u32(cols as u32).u32(cols as u32).u32(rows as u32).u32(record_bytes as u32).u32(meta_offset as u32);
-        self.run(|r| r.dispatch(Kernel::QuantizeActInt(rounding), &push, [(rows * cols.div_ceil(INT_QUANTIZE_CHUNK)) as u32, 1, 1]))?;
+        self.run(|r| r.dispatch(Kernel::QuantizeActInt(rounding), &push, int_quantize_groups(rows, cols)))?;
         Ok(out.mapped().unwrap_or(&[])[..rows * record_bytes].to_vec())
     }
 
@@ -123,7 +123,7 @@ impl VulkanOps {
         let out = self.output(gate.len())?;
         let records = self.output((rows * record_bytes).div_ceil(4))?;
         let push = Push::new().addr(g.address()).addr(u.address()).addr(out.address()).addr(records.address()).u32(cols as u32).u32(cols as u32).u32(rows as u32).u32(record_bytes as u32).u32(meta_offset as u32);
-        self.run(|r| r.dispatch(Kernel::SwiGluInt(rounding), &push, [(rows * cols.div_ceil(INT_QUANTIZE_CHUNK)) as u32, 1, 1]))?;
+        self.run(|r| r.dispatch(Kernel::SwiGluInt(rounding), &push, int_quantize_groups(rows, cols)))?;
         Ok((Self::read(&out, gate.len()), records.mapped().unwrap_or(&[])[..rows * record_bytes].to_vec()))
     }
 
@@ -184,7 +184,7 @@ impl OpBackend for VulkanOps {
                 let push = push.addr(records.address()).addr(out.address()).addr(0).u32(rows as u32).u32(cols as u32).u32(n as u32).u32(record_bytes as u32).u32(rows as u32).u32(meta_offset as u32).u32(0);
                 let (kernel, groups) = super::plan::int_product_dispatch(&self.ctx, format, rows, cols, n);
                 self.run(|rec| {
-                    rec.dispatch(Kernel::QuantizeActInt(r), &quantize, [(n * cols.div_ceil(INT_QUANTIZE_CHUNK)) as u32, 1, 1])?;
+                    rec.dispatch(Kernel::QuantizeActInt(r), &quantize, int_quantize_groups(n, cols))?;
                     rec.barrier();
                     rec.dispatch(kernel, &push, groups)
                 })?;

@@ -14,7 +14,7 @@ use strata_model::RopeStyle;
 
 use super::context::VulkanContext;
 use super::conv::{self, GpuLayout};
-use super::kernels::{ActRounding, Kernel, Pipelines, ProductLayout, Push, Recorder, WeightFormat, INT_QUANTIZE_CHUNK};
+use super::kernels::{int_quantize_groups, ActRounding, Kernel, Pipelines, ProductLayout, Push, Recorder, WeightFormat};
 use super::memory::{Buffer, DeviceArena, MemoryKind, Slice, Timeline, Uploader, VulkanKvMemory};
 use super::vk_error;
 use crate::kv_memory::HostKvMemory;
@@ -745,8 +745,8 @@ impl VulkanPlan {
                     }
                     for r in &roundings {
                         let push = Push::new().addr(addr_of(*input)).addr(rounded[*r as usize].address).u32(cols as u32).u32(x_stride).u32(rows_in as u32).u32(record_bytes as u32).u32(meta_offset as u32);
-                        let (kernel, chunk) = if int { (Kernel::QuantizeActInt(*r), INT_QUANTIZE_CHUNK) } else { (Kernel::QuantizeAct(*r), 256) };
-                        rec.dispatch(kernel, &push, [(rows_in * cols.div_ceil(chunk)) as u32, 1, 1])?;
+                        let (kernel, groups) = if int { (Kernel::QuantizeActInt(*r), int_quantize_groups(rows_in, cols)) } else { (Kernel::QuantizeAct(*r), [(rows_in * cols.div_ceil(256)) as u32, 1, 1]) };
+                        rec.dispatch(kernel, &push, groups)?;
                     }
                     if !roundings.is_empty() {
                         rec.barrier();
@@ -780,7 +780,7 @@ impl VulkanPlan {
                             rec.barrier();
                             let (record_bytes, meta) = int_act_record(g.rows);
                             let quantize = Push::new().addr(addr_of(act)).addr(rounded[r as usize].address).u32(g.rows as u32).u32(g.rows as u32).u32(1).u32(record_bytes as u32).u32(meta as u32);
-                            rec.dispatch(Kernel::QuantizeActInt(r), &quantize, [g.rows.div_ceil(INT_QUANTIZE_CHUNK) as u32, 1, 1])?;
+                            rec.dispatch(Kernel::QuantizeActInt(r), &quantize, int_quantize_groups(1, g.rows))?;
                             prequantized = Some(rounded[r as usize].address);
                         } else {
                             rec.dispatch(Kernel::MatVecIntSwiGlu(g.layout.format, r, layout), &push, [g.rows.div_ceil(layout.groups()) as u32, 1, 1])?;
@@ -990,7 +990,7 @@ impl VulkanPlan {
                             // The merge and the quantization for the product that follows.
                             let cols = hp.n_heads * hp.head_dim;
                             let push = quantizing_push(&[partial.address, p_header, addr_of(*out)], rounded[r as usize].address, cols, out_width, n).u32(hp.head_dim as u32);
-                            rec.dispatch(Kernel::AttentionCombineInt(r), &push, [(n * cols.div_ceil(INT_QUANTIZE_CHUNK)) as u32, 1, 1])?;
+                            rec.dispatch(Kernel::AttentionCombineInt(r), &push, int_quantize_groups(n, cols))?;
                             prequantized = Some(rounded[r as usize].address);
                         } else {
                             let push = Push::new().addr(partial.address).addr(addr_of(*out)).addr(p_header).u32(hp.n_heads as u32).u32(hp.head_dim as u32).u32(out_width as u32);
@@ -1003,7 +1003,7 @@ impl VulkanPlan {
                     if let Some(r) = fused_product_rounding(ctx, weights, ops.get(op_index + 1), *out, n, Some("STRATA_VULKAN_FUSE_SWIGLU")) {
                         // SwiGLU and the quantization for the product that follows in one dispatch.
                         let push = quantizing_push(&[addr_of(*gate), addr_of(*up), addr_of(*out)], rounded[r as usize].address, cols, cols, n);
-                        rec.dispatch(Kernel::SwiGluInt(r), &push, [(n * cols.div_ceil(INT_QUANTIZE_CHUNK)) as u32, 1, 1])?;
+                        rec.dispatch(Kernel::SwiGluInt(r), &push, int_quantize_groups(n, cols))?;
                         prequantized = Some(rounded[r as usize].address);
                     } else {
                         let count = (n * cols) as u32;

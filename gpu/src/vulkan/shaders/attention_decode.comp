@@ -270,11 +270,7 @@ void main() {
     [[unroll]] for (uint k = 0; k < 8; k++) {
         vs[k] = slot < 32 ? merged[8 * slot + k] : 0.0;
     }
-    vec2 block = ql_block_max(vs, slot);
-#if SEG == 256
-    barrier();
-#endif
-    ql_write(vs, block, slot, e0, cols, pc.records + uint64_t(t) * pc.record_bytes, pc.meta_offset);
+    ql_quantize(vs, slot, e0, cols, pc.records + uint64_t(t) * pc.record_bytes, pc.meta_offset);
     if (tid == 0) {
         U32sC(pc.counters).v[counter] = 0;
     }

@@ -323,11 +323,7 @@ void main() {
     [[unroll]] for (uint k = 0; k < 8; k++) {
         vs[k] = e0 + k < pc.rows ? F32sC(pc.act).v[e0 + k] : 0.0;
     }
-    vec2 block = ql_block_max(vs, slot);
-#if SEG == 256
-    barrier();
-#endif
-    ql_write(vs, block, slot, e0, pc.rows, pc.records, pc.out_meta_offset);
+    ql_quantize(vs, slot, e0, pc.rows, pc.records, pc.out_meta_offset);
     if (tid == 0) {
         U32sC(pc.counters).v[chunk] = 0;
     }

@@ -15,7 +15,7 @@
 #include "common.glsl"
 
 #if defined(INT_OUT)
-// Elements per workgroup (kernels.rs, INT_QUANTIZE_CHUNK): one Q8_K super-block, so a row of a
+// Elements per workgroup (kernels.rs, int_quantize_groups): one Q8_K super-block, so a row of a
 // 7B shape's FFN spreads over 74 workgroups. 32 invocations of eight elements each, or (COMBINE)
 // 256 that merge one element each (a merge walks every split: at long contexts, 128 of them)
 // and hand them to the first 32 through shared memory.
@@ -74,13 +74,12 @@ shared float sv[256];
 #if defined(COMBINE)
 shared float merged[INT_CHUNK];
 
-// Elements e0 .. e0 + 7 of token `row`'s attention output (its head's split results merged; 0.0
-// past the row), also written as f32: each invocation merges element `first + tid` of the
-// workgroup's chunk, then takes its eight from shared memory.
-void input_run(uint row, uint e0, out float v[8]) {
+// Slot `slot`'s eight elements of token `row`'s attention output from the chunk at `first` (its
+// head's split results merged; 0.0 past the row and for slots past the chunk), also written as
+// f32: each invocation merges element first + tid, then takes its eight from shared memory.
+void input_run(uint row, uint first, uint slot, out float v[8]) {
     uint tid = gl_LocalInvocationID.x;
-    uint chunks = (pc.cols + INT_CHUNK - 1) / INT_CHUNK;
-    uint e = (gl_WorkGroupID.x % chunks) * INT_CHUNK + tid;
+    uint e = first + tid;
     float m = 0.0;
     if (e < pc.cols) {
         uint hd = pc.head_dim;
@@ -91,14 +90,16 @@ void input_run(uint row, uint e0, out float v[8]) {
     }
     merged[tid] = m;
     barrier();
-    uint at = 8 * ql_slot();
+    uint at = 8 * slot;
     [[unroll]] for (uint k = 0; k < 8; k++) {
         v[k] = at < INT_CHUNK ? merged[at + k] : 0.0;
     }
 }
 #elif defined(SWIGLU)
-// Elements e0 .. e0 + 7 of row `row`'s SwiGLU (0.0 past the row), also written as f32.
-void input_run(uint row, uint e0, out float v[8]) {
+// Slot `slot`'s eight elements of row `row`'s SwiGLU from the chunk at `first` (0.0 past the
+// row), also written as f32.
+void input_run(uint row, uint first, uint slot, out float v[8]) {
+    uint e0 = first + 8 * slot;
     float g[8];
     float u[8];
     [[unroll]] for (uint k = 0; k < 8; k++) {
@@ -115,8 +116,9 @@ void input_run(uint row, uint e0, out float v[8]) {
     }
 }
 #elif defined(INT_OUT)
-// Elements e0 .. e0 + 7 of row `row` (0.0 past the row).
-void input_run(uint row, uint e0, out float v[8]) {
+// Slot `slot`'s eight elements of row `row` from the chunk at `first` (0.0 past the row).
+void input_run(uint row, uint first, uint slot, out float v[8]) {
+    uint e0 = first + 8 * slot;
     [[unroll]] for (uint k = 0; k < 8; k++) {
         v[k] = e0 + k < pc.cols ? F32s(pc.x).v[row * pc.stride + e0 + k] : 0.0;
     }
@@ -127,16 +129,13 @@ void main() {
 #ifdef INT_OUT
     uint chunks = (pc.cols + INT_CHUNK - 1) / INT_CHUNK;
     uint row = gl_WorkGroupID.x / chunks;
+    uint first = (gl_WorkGroupID.x % chunks) * INT_CHUNK;
     uint slot = ql_slot();
-    // (COMBINE: slots past the chunk hold zeros and write nothing.)
-    uint e0 = slot < INT_CHUNK / 8 ? (gl_WorkGroupID.x % chunks) * INT_CHUNK + 8 * slot : pc.cols;
     float v[8];
-    input_run(row, e0, v);
-    vec2 block = ql_block_max(v, slot);
-#if SEG == 256
-    barrier();
-#endif
-    ql_write(v, block, slot, e0, pc.cols, pc.out_ + uint64_t(row) * pc.out_stride, pc.meta_offset);
+    input_run(row, first, slot, v);
+    // (COMBINE: slots past the chunk hold zeros and write nothing.)
+    uint e0 = slot < INT_CHUNK / 8 ? first + 8 * slot : pc.cols;
+    ql_quantize(v, slot, e0, pc.cols, pc.out_ + uint64_t(row) * pc.out_stride, pc.meta_offset);
 #else
     uint tid = gl_LocalInvocationID.x;
     uint chunks = (pc.cols + 255) / 256;

@@ -6,8 +6,9 @@
 // byte e of the record, and per block of 32 at `meta_offset` the (scale as f32 bits, sum of the
 // quants) pair (for Q8_K the super-block's scale repeated in each of its eight blocks).
 //
-// Callers: every invocation of the workgroup calls ql_block_max, then (Q8_K) barrier(), then
-// ql_write, with its slot: ql_slot() (plus a multiple of 32 for each further run of a workgroup
+// Callers: every invocation of the workgroup calls ql_quantize, or, to quantize several runs
+// around one barrier, ql_block_max for each, then (Q8_K) barrier(), then ql_write for each, with
+// its slot: ql_slot() (plus a multiple of 32 for each further run of a workgroup
 // holding several), whose invocation holds elements 8 * slot .. 8 * slot + 7 of the workgroup's
 // span, which starts at a multiple of 256 elements; elements past the row are 0.0 (and not
 // written). Block maxima keep the first element of the largest magnitude, as the CPU's scan does.
@@ -108,4 +109,13 @@ void ql_write(float v[QL_E], vec2 block, uint slot, uint e0, uint cols, uint64_t
             U32x2s(rec + meta_offset).v[e0 / 32] = uvec2(floatBitsToUint(d), uint(sum));
         }
     }
+}
+
+// ql_block_max, the barrier a Q8_K super-block needs, and ql_write: one run an invocation.
+void ql_quantize(float v[QL_E], uint slot, uint e0, uint cols, uint64_t rec, uint meta_offset) {
+    vec2 block = ql_block_max(v, slot);
+#if SEG == 256
+    barrier();
+#endif
+    ql_write(v, block, slot, e0, cols, rec, meta_offset);
 }
