@@ -364,6 +364,12 @@ fn concurrent_streams_sampled_on_several_threads_get_what_they_get_alone() {
     concurrent_streams_get_what_they_get_alone(&TestServer::start_with(&[("STRATA_BATCHING__PARALLEL_SAMPLING_MIN_LOGITS", "1")]));
 }
 
+/// The interleaved product order keeps batch invariance end to end.
+#[test]
+fn concurrent_streams_with_interleaved_products_get_what_they_get_alone() {
+    concurrent_streams_get_what_they_get_alone(&TestServer::start_with(&[("STRATA_DEVICES__CPU_PRODUCTS", "interleaved")]));
+}
+
 fn concurrent_streams_get_what_they_get_alone(s: &TestServer) {
     let prompts = [
         "The capital of France is",

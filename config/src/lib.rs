@@ -67,7 +67,7 @@ pub use device::{DeviceSpec, ParseDeviceError, DEVICE_FORMS};
 pub use env::{ENV_ALLOWLIST, ENV_PREFIX};
 pub use error::{ConfigError, Location, Problem};
 pub use schema::{
-    BatchingConfig, Config, DevicesConfig, ExpertCache, ExpertsConfig, IoConfig, KvConfig, KvDtype,
+    BatchingConfig, Config, CpuProducts, DevicesConfig, ExpertCache, ExpertsConfig, IoConfig, KvConfig, KvDtype,
     KvResidence, LogConfig, LogFormat, MemoryConfig, MetricsConfig, ModelConfig, Secret,
     ServerConfig, SpeculativeConfig,
 };
@@ -187,6 +187,7 @@ fn every_key_set() -> Config {
             decode: d.devices.decode,
             prefill_min_tokens: d.devices.prefill_min_tokens,
             vulkan_exact: d.devices.vulkan_exact,
+            cpu_products: d.devices.cpu_products,
         },
         batching: BatchingConfig {
             prefill_chunk: d.batching.prefill_chunk,

@@ -115,7 +115,12 @@ fn main() {
         let k_default = if matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K) { 1536 } else { 576 };
         let k = std::env::var("K").ok().and_then(|v| v.parse().ok()).unwrap_or(k_default);
         let rows = std::env::var("ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(1536);
-        let m = mat(ty, rows, k, 1);
+        // ORDER=interleaved: the AVX-512 products in the interleaved order, on repacked weights.
+        let kern = if std::env::var("ORDER").is_ok_and(|o| o == "interleaved") { kern.with_order(strata_quant::ProductOrder::Interleaved) } else { kern };
+        let mut m = mat(ty, rows, k, 1);
+        if let Some(w) = kern.repack_weights(ty, k, rows, &m.w).unwrap() {
+            m.w = w;
+        }
         let a = acts(&kern, ty, k, n);
         let mut o = vec![0f32; m.rows * n];
         if let Some(iters) = args.get(pos + 4) {

@@ -81,7 +81,7 @@ pub(crate) unsafe fn matmul(
         }
         GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 => {
             let mut slot = None;
-            let pack = ActPack::given_or_new(packed, &mut slot, ty, acts, k, n_tokens, Q8_0_OFFSET);
+            let pack = ActPack::given_or_new(packed, &mut slot, ty, acts, k, n_tokens, Q8_0_OFFSET, false);
             // One kernel for every token count: each (row, token) result is then computed by the
             // same instructions in the same order whatever else is in the step (batch invariance).
             let nb = k / 32;
@@ -117,7 +117,7 @@ pub(crate) unsafe fn matmul(
         }
         _ => {
             let mut slot = None;
-            let pack = ActPack::given_or_new(packed, &mut slot, ty, acts, k, n_tokens, Q8_0_OFFSET);
+            let pack = ActPack::given_or_new(packed, &mut slot, ty, acts, k, n_tokens, Q8_0_OFFSET, false);
             let nsb = k / QK_K;
             let side = pack.stride;
             drive(

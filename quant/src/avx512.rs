@@ -7,7 +7,7 @@
 #![allow(clippy::needless_range_loop)]
 
 use crate::avx2::hsum as hsum_float_8;
-use crate::pack::{drive, drive_with, side_stride, ActPack, Tile, TT8};
+use crate::pack::{drive, drive_tiles, drive_with, side_stride, ActPack, Tile, TT8};
 use crate::reference::{get_scale_min_k4, QK_K};
 use crate::GgmlType;
 use half::f16;
@@ -36,6 +36,9 @@ const BF16W: u8 = 12;
 /// The CPU must support avx512f, avx512bw, avx512vl, avx512vnni, avx2, fma and f16c; the
 /// slices must have been validated by `Kernels::matmul` (lengths consistent with `ty`, `k`), and
 /// `out` must be valid for writes of those elements, which no one else accesses meanwhile.
+///
+/// `interleaved`: Q4_0 / Q4_1 / Q8_0 `weights` are in the interleaved layout (see
+/// `crate::interleave`) and are summed in that order; `packed`, when given, was made for it.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn matmul(
@@ -46,6 +49,7 @@ pub(crate) unsafe fn matmul(
     acts: &[u8],
     n_tokens: usize,
     packed: Option<&ActPack>,
+    interleaved: bool,
     out: *mut f32,
     out_stride: usize,
 ) {
@@ -83,9 +87,47 @@ pub(crate) unsafe fn matmul(
                 }
             }, |_, _| {});
         }
+        GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 if interleaved => {
+            let mut slot = None;
+            let pack = ActPack::given_or_new(packed, &mut slot, ty, acts, k, n_tokens, Q8_0_OFFSET, true);
+            let nb = k / 32;
+            let side = pack.stride;
+            // One kernel for every token count, as below (batch invariance).
+            let tile = |r0: usize, nr: usize, t0: usize, nt: usize| {
+                let tile = Tile {
+                    w: w0.add(r0 * rb),
+                    rb,
+                    nb,
+                    side,
+                    aq: pack.qs.as_ptr().add(t0 * k),
+                    astride: k,
+                    ad: pack.d.as_ptr().add(t0 * side),
+                    adb: std::ptr::null(),
+                    corr: if pack.corr_by_block.is_empty() { std::ptr::null() } else { pack.corr_by_block.as_ptr().add(t0 * side) },
+                    vb: if pack.v.is_empty() { std::ptr::null() } else { pack.v.as_ptr().add(t0 * side) },
+                    vb_stride: side,
+                    bs: std::ptr::null(),
+                    out: out.add(t0 * out_stride + r0),
+                    ostride: out_stride,
+                };
+                match ty {
+                    GgmlType::Q4_0 => interleaved_tile::<Q40>(nr, nt, &tile),
+                    GgmlType::Q4_1 => interleaved_tile::<Q41>(nr, nt, &tile),
+                    _ => interleaved_tile::<Q80>(nr, nt, &tile),
+                }
+            };
+            // Few tokens: four rows a tile keep more weight rows streaming (one-token decode is
+            // bound by memory latency); more tokens: two rows by eight tokens, which fit the
+            // registers. The shape does not change any (row, token)'s arithmetic.
+            if n_tokens <= 2 {
+                drive_tiles::<4, 2>(nrows, n_tokens, tile, |_, _| {});
+            } else {
+                drive_tiles::<2, 8>(nrows, n_tokens, tile, |_, _| {});
+            }
+        }
         GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 => {
             let mut slot = None;
-            let pack = ActPack::given_or_new(packed, &mut slot, ty, acts, k, n_tokens, Q8_0_OFFSET);
+            let pack = ActPack::given_or_new(packed, &mut slot, ty, acts, k, n_tokens, Q8_0_OFFSET, false);
             // One kernel for every token count: each (row, token) result is then computed by the
             // same instructions in the same order whatever else is in the step, so a sequence's
             // output does not depend on its batch (batch invariance). Measured cost: Q4_1 prefill
@@ -123,7 +165,7 @@ pub(crate) unsafe fn matmul(
         }
         _ => {
             let mut slot = None;
-            let pack = ActPack::given_or_new(packed, &mut slot, ty, acts, k, n_tokens, Q8_0_OFFSET);
+            let pack = ActPack::given_or_new(packed, &mut slot, ty, acts, k, n_tokens, Q8_0_OFFSET, false);
             let nsb = k / QK_K;
             let side = pack.stride;
             drive(nrows, n_tokens, |r0, nr, t0, nt| {
@@ -340,6 +382,217 @@ unsafe fn tile_b32_pass<const W: u8, const R: usize, const T: usize>(p: &Tile, r
     for r in 0..R {
         for t in 0..T {
             *p.out.add(t * p.ostride + r0 + r) = hsum_float_8(acc[r][t]) + sm[r * ts + t];
+        }
+    }
+}
+
+/// [`tile_interleaved`] for a tile of `nr <= 4` rows and `nt <= 8` tokens.
+/// # Safety
+/// As [`tile_interleaved`].
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn interleaved_tile<const W: u8>(nr: usize, nt: usize, p: &Tile) {
+    macro_rules! by_tokens {
+        ($r:literal) => {
+            match nt {
+                8 => tile_interleaved::<W, $r, 8>(p),
+                7 => tile_interleaved::<W, $r, 7>(p),
+                6 => tile_interleaved::<W, $r, 6>(p),
+                5 => tile_interleaved::<W, $r, 5>(p),
+                4 => tile_interleaved::<W, $r, 4>(p),
+                3 => tile_interleaved::<W, $r, 3>(p),
+                2 => tile_interleaved::<W, $r, 2>(p),
+                _ => tile_interleaved::<W, $r, 1>(p),
+            }
+        };
+    }
+    match nr {
+        4 => by_tokens!(4),
+        3 => by_tokens!(3),
+        2 => by_tokens!(2),
+        _ => by_tokens!(1),
+    }
+}
+
+/// R rows x T tokens of a 32-block type in the interleaved layout (`crate::interleave`): per
+/// group of eight blocks, eight (Q8_0) or four (nibbles, two vectors each) `vpdpbusd` leave each
+/// block's integer sum in its own lane of one accumulator per (row, token), started from the
+/// blocks' offset corrections; one multiply forms the eight `d_w * d_a` and one FMA adds the
+/// group (Q4_1: one more FMA for its `m * s`). The blocks after the last group take one
+/// `vpdpbusd` and one FMA each into the same lanes. Every (row, token) runs the same
+/// instructions in the same order whatever R and T are (batch invariance).
+/// # Safety
+/// The CPU must have the features in this function's `target_feature` attribute, and
+/// every pointer must be valid for the reads and writes its arguments describe.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn tile_interleaved<const W: u8, const R: usize, const T: usize>(p: &Tile) {
+    let bb = match W {
+        Q40 => 18,
+        Q41 => 20,
+        _ => 34,
+    };
+    let hdr = if W == Q41 { 32 } else { 16 };
+    let (nb, side) = (p.nb, p.side);
+    let ng = nb / 8;
+    let row = |r: usize| p.w.add(r * p.rb);
+    let nibbles = _mm256_set1_epi8(0x0f);
+    // The float accumulators stay in memory: they change once per group, while the integer
+    // sums of an R x T tile take every register in the dot products.
+    let mut acc_mem = [[[0f32; 8]; T]; R];
+    let acc_ptr = std::hint::black_box(acc_mem.as_mut_ptr());
+    let accp = |r: usize, t: usize| (*acc_ptr.add(r)).as_mut_ptr().add(t) as *mut f32;
+    for g in 0..ng {
+        let grp = |r: usize| row(r).add(g * 8 * bb);
+        let mut isum = [[_mm256_setzero_si256(); T]; R];
+        if W != Q41 {
+            for t in 0..T {
+                let c = _mm256_loadu_si256(p.corr.add(t * side + 8 * g) as *const __m256i);
+                for r in 0..R {
+                    isum[r][t] = c;
+                }
+            }
+        }
+        let act = |t: usize, u: usize| _mm256_loadu_si256(p.aq.add(t * p.astride + 256 * g + 32 * u) as *const __m256i);
+        if W == Q80 {
+            for u in 0..8 {
+                let mut wv = [_mm256_setzero_si256(); R];
+                for r in 0..R {
+                    let q = grp(r).add(hdr + 32 * u);
+                    _mm_prefetch::<_MM_HINT_T1>(q.wrapping_add(PF_DIST) as *const i8);
+                    wv[r] = _mm256_xor_si256(_mm256_loadu_si256(q as *const __m256i), _mm256_set1_epi8(-128));
+                }
+                for t in 0..T {
+                    let a = act(t, u);
+                    for r in 0..R {
+                        isum[r][t] = _mm256_dpbusd_epi32(isum[r][t], wv[r], a);
+                    }
+                }
+            }
+        } else {
+            for v in 0..4 {
+                let mut lo = [_mm256_setzero_si256(); R];
+                let mut hi = [_mm256_setzero_si256(); R];
+                for r in 0..R {
+                    let q = grp(r).add(hdr + 32 * v);
+                    _mm_prefetch::<_MM_HINT_T1>(q.wrapping_add(PF_DIST) as *const i8);
+                    let raw = _mm256_loadu_si256(q as *const __m256i);
+                    lo[r] = _mm256_and_si256(raw, nibbles);
+                    hi[r] = _mm256_and_si256(_mm256_srli_epi16::<4>(raw), nibbles);
+                }
+                for t in 0..T {
+                    let (al, ah) = (act(t, 2 * v), act(t, 2 * v + 1));
+                    for r in 0..R {
+                        isum[r][t] = _mm256_dpbusd_epi32(isum[r][t], lo[r], al);
+                        isum[r][t] = _mm256_dpbusd_epi32(isum[r][t], hi[r], ah);
+                    }
+                }
+            }
+        }
+        let mut dw = [_mm256_setzero_ps(); R];
+        let mut mw = [_mm256_setzero_ps(); R];
+        for r in 0..R {
+            dw[r] = _mm256_cvtph_ps(_mm_loadu_si128(grp(r) as *const __m128i));
+            if W == Q41 {
+                mw[r] = _mm256_cvtph_ps(_mm_loadu_si128(grp(r).add(16) as *const __m128i));
+            }
+        }
+        for t in 0..T {
+            let da = _mm256_loadu_ps(p.ad.add(t * side + 8 * g));
+            let sa = if W == Q41 { _mm256_loadu_ps(p.vb.add(t * side + 8 * g)) } else { _mm256_setzero_ps() };
+            for r in 0..R {
+                let mut a = _mm256_fmadd_ps(_mm256_mul_ps(dw[r], da), _mm256_cvtepi32_ps(isum[r][t]), _mm256_loadu_ps(accp(r, t)));
+                if W == Q41 {
+                    a = _mm256_fmadd_ps(mw[r], sa, a);
+                }
+                _mm256_storeu_ps(accp(r, t), a);
+            }
+        }
+    }
+    let mut acc = [[_mm256_setzero_ps(); T]; R];
+    for r in 0..R {
+        for t in 0..T {
+            acc[r][t] = _mm256_loadu_ps(accp(r, t));
+        }
+    }
+    // Pairs of blocks: block A in lanes 0-3, B in 4-7; each block's correction, `m` and `s` in
+    // its first lane.
+    let (_, pairs, _) = crate::interleave::row_parts(nb);
+    let phdr = crate::interleave::pair_header_bytes(match W {
+        Q40 => GgmlType::Q4_0,
+        Q41 => GgmlType::Q4_1,
+        _ => GgmlType::Q8_0,
+    });
+    let halves = _mm256_set_epi32(1, 1, 1, 1, 0, 0, 0, 0);
+    let two_f32 = |ptr: *const f32| _mm256_castps128_ps256(_mm_castpd_ps(_mm_load_sd(ptr as *const f64)));
+    for pi in 0..pairs {
+        let b0 = ng * 8 + 2 * pi;
+        let pair = |r: usize| row(r).add(b0 * bb);
+        let mut wq = [[_mm256_setzero_si256(); 2]; R];
+        let mut dw = [_mm256_setzero_ps(); R];
+        let mut mw = [_mm256_setzero_ps(); R];
+        for r in 0..R {
+            let q = pair(r).add(phdr);
+            // Every line of the row is prefetched a fixed distance ahead: a line left to the
+            // hardware costs one-token decode a DRAM latency per row.
+            _mm_prefetch::<_MM_HINT_T1>(pair(r).wrapping_add(PF_DIST) as *const i8);
+            _mm_prefetch::<_MM_HINT_T1>(q.wrapping_add(PF_DIST + 32) as *const i8);
+            wq[r] = if W == Q80 {
+                let flip = _mm256_set1_epi8(-128);
+                [_mm256_xor_si256(_mm256_loadu_si256(q as *const __m256i), flip), _mm256_xor_si256(_mm256_loadu_si256(q.add(32) as *const __m256i), flip)]
+            } else {
+                let raw = _mm256_loadu_si256(q as *const __m256i);
+                [_mm256_and_si256(raw, nibbles), _mm256_and_si256(_mm256_srli_epi16::<4>(raw), nibbles)]
+            };
+            dw[r] = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_cvtph_ps(_mm_loadu_si32(pair(r)))), halves);
+            if W == Q41 {
+                mw[r] = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_cvtph_ps(_mm_loadu_si32(pair(r).add(4)))), halves);
+            }
+        }
+        for t in 0..T {
+            let a = p.aq.add(t * p.astride + 32 * b0);
+            let (a0, a1) = (_mm256_loadu_si256(a as *const __m256i), _mm256_loadu_si256(a.add(32) as *const __m256i));
+            let init = if W == Q41 {
+                _mm256_setzero_si256()
+            } else {
+                _mm256_maskz_permutexvar_epi32(0x11, halves, _mm256_castsi128_si256(_mm_loadl_epi64(p.corr.add(t * side + b0) as *const __m128i)))
+            };
+            let da = _mm256_permutevar8x32_ps(two_f32(p.ad.add(t * side + b0)), halves);
+            let sa = if W == Q41 { _mm256_maskz_permutexvar_ps(0x11, halves, two_f32(p.vb.add(t * side + b0))) } else { _mm256_setzero_ps() };
+            for r in 0..R {
+                let isum = _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(init, wq[r][0], a0), wq[r][1], a1);
+                acc[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(dw[r], da), _mm256_cvtepi32_ps(isum), acc[r][t]);
+                if W == Q41 {
+                    acc[r][t] = _mm256_fmadd_ps(mw[r], sa, acc[r][t]);
+                }
+            }
+        }
+    }
+    // A last odd block: a GGUF block, its `m * s` (Q4_1) in lane 0.
+    for b in ng * 8 + 2 * pairs..nb {
+        let mut wv = [_mm256_setzero_si256(); R];
+        let mut dm = [[0f32; 2]; R];
+        for r in 0..R {
+            _mm_prefetch::<_MM_HINT_T1>(row(r).wrapping_add(b * bb + PF_DIST) as *const i8);
+            wv[r] = load_w32::<W>(row(r), b);
+            dm[r] = [h2f(row(r).add(b * bb)), if W == Q41 { h2f(row(r).add(b * bb + 2)) } else { 0.0 }];
+        }
+        for t in 0..T {
+            let a = _mm256_loadu_si256(p.aq.add(t * p.astride + 32 * b) as *const __m256i);
+            let da = *p.ad.add(t * side + b);
+            let init = if W == Q41 { _mm256_setzero_si256() } else { _mm256_zextsi128_si256(_mm_cvtsi32_si128(*p.corr.add(t * side + b))) };
+            let ms = if W == Q41 { _mm256_zextps128_ps256(_mm_set_ss(*p.vb.add(t * side + b))) } else { _mm256_setzero_ps() };
+            for r in 0..R {
+                let dot = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(init, wv[r], a));
+                acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(dm[r][0] * da), dot, acc[r][t]);
+                if W == Q41 {
+                    acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(dm[r][1]), ms, acc[r][t]);
+                }
+            }
+        }
+    }
+    for r in 0..R {
+        for t in 0..T {
+            *p.out.add(t * p.ostride + r) = hsum_float_8(acc[r][t]);
         }
     }
 }

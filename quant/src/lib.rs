@@ -26,13 +26,14 @@ mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 pub mod ggml_float;
+mod interleave;
 mod kernels;
 mod reference;
 mod scalar;
 pub mod types;
 
 pub use ggml_float::AttnOrder;
-pub use kernels::{activation_row_bytes, ActivationPacker, Kernels, PackedActivations, SimdLevel};
+pub use kernels::{activation_row_bytes, ActivationPacker, Kernels, PackedActivations, ProductOrder, SimdLevel};
 pub use reference::{dequantize, get_scale_min_k4, quantize};
 pub use types::GgmlType;
 

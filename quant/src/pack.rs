@@ -26,6 +26,14 @@ pub(crate) struct ActPack {
     pub bsums: Vec<i16>,
     /// Floats per token in `d`: the block count rounded up to 16, plus 16 of padding.
     pub stride: usize,
+    /// The interleaved layout ([`crate::ProductOrder::Interleaved`]): `qs` in its order, and
+    /// instead of the block-major arrays, per token (`stride` apart) `v` (Q4_1's `s`) and
+    /// `corr_by_block` (one correction per block) beside `d`.
+    pub interleaved: bool,
+    /// Interleaved Q4_1 packs: per token and block, the Q8_1 `s`.
+    pub v: Vec<f32>,
+    /// Interleaved Q4_0 / Q8_0 packs: per token and block, `-offset * (sum of its 32 values)`.
+    pub corr_by_block: Vec<i32>,
 }
 
 /// Floats per row of per-block side arrays: room for 16-wide loads past the last block.
@@ -42,6 +50,9 @@ pub(crate) struct ActPackPtrs {
     v_by_block: *mut f32,
     corr: *mut i32,
     bsums: *mut i16,
+    v: *mut f32,
+    corr_by_block: *mut i32,
+    interleaved: bool,
     stride: usize,
     weight: GgmlType,
     k: usize,
@@ -63,8 +74,8 @@ impl ActPack {
     /// (128 on AVX-512 VNNI, 0 where a sign trick is used instead); `corr` then carries the
     /// matching lane corrections. Q4_0 nibbles are used unsigned (offset 8); for Q4_1,
     /// `v_by_block` holds the Q8_1 blocks' `s`.
-    pub(crate) fn new(weight: GgmlType, acts: &[u8], k: usize, n_tokens: usize, q8_0_offset: i32) -> ActPack {
-        let mut pack = ActPack::zeroed(weight, k, n_tokens, q8_0_offset);
+    pub(crate) fn new(weight: GgmlType, acts: &[u8], k: usize, n_tokens: usize, q8_0_offset: i32, interleaved: bool) -> ActPack {
+        let mut pack = ActPack::zeroed(weight, k, n_tokens, q8_0_offset, interleaved);
         let ptrs = pack.ptrs(weight, k, n_tokens, q8_0_offset);
         let rb = ptrs.row_bytes();
         for t in 0..n_tokens {
@@ -75,20 +86,25 @@ impl ActPack {
     }
 
     /// An all-zero pack of `n_tokens` tokens, to be filled through [`ActPack::ptrs`] (the
-    /// arguments as for [`ActPack::new`]).
-    pub(crate) fn zeroed(weight: GgmlType, k: usize, n_tokens: usize, q8_0_offset: i32) -> ActPack {
+    /// arguments as for [`ActPack::new`]; `interleaved` only for the types
+    /// `interleave::interleavable` names).
+    pub(crate) fn zeroed(weight: GgmlType, k: usize, n_tokens: usize, q8_0_offset: i32, interleaved: bool) -> ActPack {
         let kblock = matches!(weight, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K);
         let nb = if kblock { k / QK_K } else { k / 32 };
         let stride = side_stride(nb);
         let offset_used = weight == GgmlType::Q4_0 || (weight == GgmlType::Q8_0 && q8_0_offset != 0);
+        let (ggml, inter) = (!interleaved, interleaved);
         ActPack {
             qs: vec![0u8; n_tokens * k + 64],
             d: vec![0f32; n_tokens * stride],
-            d_by_block: vec![0f32; if kblock { 0 } else { nb * n_tokens }],
-            v_by_block: vec![0f32; if weight == GgmlType::Q4_1 { nb * n_tokens + 4 } else { 0 }],
-            corr: vec![0i32; if offset_used { n_tokens * nb * 8 } else { 0 }],
+            d_by_block: vec![0f32; if kblock || inter { 0 } else { nb * n_tokens }],
+            v_by_block: vec![0f32; if weight == GgmlType::Q4_1 && ggml { nb * n_tokens + 4 } else { 0 }],
+            corr: vec![0i32; if offset_used && ggml { n_tokens * nb * 8 } else { 0 }],
             bsums: vec![0i16; if kblock { n_tokens * nb * 16 } else { 0 }],
             stride,
+            interleaved,
+            v: vec![0f32; if weight == GgmlType::Q4_1 && inter { n_tokens * stride } else { 0 }],
+            corr_by_block: vec![0i32; if offset_used && inter { n_tokens * stride } else { 0 }],
         }
     }
 
@@ -107,6 +123,9 @@ impl ActPack {
             v_by_block: self.v_by_block.as_mut_ptr(),
             corr: self.corr.as_mut_ptr(),
             bsums: self.bsums.as_mut_ptr(),
+            v: self.v.as_mut_ptr(),
+            corr_by_block: self.corr_by_block.as_mut_ptr(),
+            interleaved: self.interleaved,
             stride: self.stride,
             weight,
             k,
@@ -138,6 +157,11 @@ impl ActPackPtrs {
             _ => (292, 4),
         };
         let be = if kblock { QK_K } else { 32 };
+        if self.interleaved {
+            // SAFETY: as `fill_interleaved` requires, passed on from this function's contract.
+            unsafe { self.fill_interleaved(t, row, nb, bb, qoff) };
+            return;
+        }
         for b in 0..nb {
             let blk = &row[b * bb..(b + 1) * bb];
             let vals = &blk[qoff..qoff + be];
@@ -169,12 +193,43 @@ impl ActPackPtrs {
     }
 }
 
+impl ActPackPtrs {
+    /// [`ActPackPtrs::fill_token`] for an interleaved pack of a 32-block type (`nb` blocks of
+    /// `bb` bytes, values at `qoff`).
+    ///
+    /// # Safety
+    /// As [`ActPackPtrs::fill_token`].
+    unsafe fn fill_interleaved(&self, t: usize, row: &[u8], nb: usize, bb: usize, qoff: usize) {
+        let (k, stride) = (self.k, self.stride);
+        // SAFETY: token t's k values, inside `qs` (sized for n_tokens tokens); the caller gives
+        // token t to this thread alone.
+        let qs = unsafe { std::slice::from_raw_parts_mut(self.qs.add(t * k), k) };
+        crate::interleave::interleave_activations(k, |b| &row[b * bb + qoff..b * bb + qoff + 32], qs);
+        for b in 0..nb {
+            let blk = &row[b * bb..(b + 1) * bb];
+            // SAFETY (every write below): token t's entries (`stride` apart per token, b < nb <
+            // stride), inside the buffers `zeroed` sized for n_tokens tokens.
+            unsafe {
+                *self.d.add(t * stride + b) = f16_at(blk, 0);
+                if self.weight == GgmlType::Q4_1 {
+                    *self.v.add(t * stride + b) = f16_at(blk, 2);
+                }
+                if self.offset != 0 {
+                    let sum: i32 = blk[qoff..qoff + 32].iter().map(|&q| q as i8 as i32).sum();
+                    *self.corr_by_block.add(t * stride + b) = -self.offset * sum;
+                }
+            }
+        }
+    }
+}
+
 impl ActPack {
     /// `packed` when the caller repacked beforehand, else a pack made now and kept in `slot`.
-    pub(crate) fn given_or_new<'a>(packed: Option<&'a ActPack>, slot: &'a mut Option<ActPack>, weight: GgmlType, acts: &[u8], k: usize, n_tokens: usize, q8_0_offset: i32) -> &'a ActPack {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn given_or_new<'a>(packed: Option<&'a ActPack>, slot: &'a mut Option<ActPack>, weight: GgmlType, acts: &[u8], k: usize, n_tokens: usize, q8_0_offset: i32, interleaved: bool) -> &'a ActPack {
         match packed {
             Some(p) => p,
-            None => slot.insert(ActPack::new(weight, acts, k, n_tokens, q8_0_offset)),
+            None => slot.insert(ActPack::new(weight, acts, k, n_tokens, q8_0_offset, interleaved)),
         }
     }
 }
@@ -279,7 +334,13 @@ pub(crate) fn drive(nrows: usize, n_tokens: usize, tile: impl FnMut(usize, usize
 /// [`drive`] with micro-tiles of `RT x T`: a kernel with room in its registers for more tokens
 /// decodes each weight block once for all of them.
 #[inline(always)]
-pub(crate) fn drive_with<const T: usize>(
+pub(crate) fn drive_with<const T: usize>(nrows: usize, n_tokens: usize, tile: impl FnMut(usize, usize, usize, usize), prep: impl FnMut(usize, usize)) {
+    drive_tiles::<RT, T>(nrows, n_tokens, tile, prep)
+}
+
+/// [`drive`] with micro-tiles of `R x T`.
+#[inline(always)]
+pub(crate) fn drive_tiles<const R: usize, const T: usize>(
     nrows: usize,
     n_tokens: usize,
     mut tile: impl FnMut(usize, usize, usize, usize),
@@ -290,7 +351,7 @@ pub(crate) fn drive_with<const T: usize>(
         let te = (tb + TB).min(n_tokens);
         let mut r0 = 0;
         while r0 < nrows {
-            let nr = RT.min(nrows - r0);
+            let nr = R.min(nrows - r0);
             prep(r0, nr);
             let mut t0 = tb;
             while t0 < te {

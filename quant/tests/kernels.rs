@@ -5,7 +5,7 @@ use half::f16;
 use proptest::prelude::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use strata_quant::{activation_row_bytes, dequantize, quantize, GgmlType, Kernels, SimdLevel};
+use strata_quant::{activation_row_bytes, dequantize, quantize, GgmlType, Kernels, ProductOrder, SimdLevel};
 
 const WEIGHT_TYPES: [GgmlType; 9] = [
     GgmlType::Q4_1,
@@ -21,6 +21,17 @@ const WEIGHT_TYPES: [GgmlType; 9] = [
 
 fn simd_levels() -> Vec<Kernels> {
     [SimdLevel::Avx2, SimdLevel::Avx512Vnni].into_iter().filter_map(Kernels::with_level).collect()
+}
+
+/// The levels with a product order of their own (AVX-512 VNNI's interleaved one).
+fn interleaved() -> Vec<Kernels> {
+    Kernels::with_level(SimdLevel::Avx512Vnni).map(|k| k.with_order(ProductOrder::Interleaved)).into_iter().collect()
+}
+
+/// `w` (rows of `k` elements of `ty`) as `kern`'s products read it.
+fn weights_for(kern: &Kernels, ty: GgmlType, k: usize, w: &[u8]) -> Vec<u8> {
+    let rows = w.len() / ty.row_bytes(k as u64).unwrap() as usize;
+    kern.repack_weights(ty, k, rows, w).unwrap().unwrap_or_else(|| w.to_vec())
 }
 
 fn scalar() -> Kernels {
@@ -79,7 +90,7 @@ fn bounds(c: &Case, rel: f64) -> Vec<f64> {
 
 fn run(kern: &Kernels, c: &Case, rows: std::ops::Range<usize>) -> Vec<f32> {
     let mut out = vec![f32::NAN; c.n_tokens * rows.len()];
-    kern.matmul(c.ty, &c.w, c.k, rows, &c.a, c.n_tokens, &mut out).unwrap();
+    kern.matmul(c.ty, &weights_for(kern, c.ty, c.k, &c.w), c.k, rows, &c.a, c.n_tokens, &mut out).unwrap();
     out
 }
 
@@ -136,6 +147,43 @@ fn simd_matmul_matches_scalar_awkward_sizes() {
                 let c = make_case(&mut rng, ty, k, nrows, n_tokens);
                 check_simd_against_scalar(&c);
             }
+        }
+    }
+}
+
+/// The interleaved order sums the scalar level's terms in another order: within rounding of
+/// them at every width (no group, whole groups, groups and a tail), row range and token count;
+/// and not llama.cpp's bits (else it would not be a different order).
+#[test]
+fn interleaved_products_match_scalar_within_rounding() {
+    let mut rng = StdRng::seed_from_u64(43);
+    for kern in interleaved() {
+        for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
+            let mut differ = 0;
+            for k in [32, 224, 256, 576, 608, 1536] {
+                for (nrows, n_tokens) in [(1, 1), (7, 3), (13, 9)] {
+                    let c = make_case(&mut rng, ty, k, nrows, n_tokens);
+                    let want = run(&scalar(), &c, 0..nrows);
+                    let got = run(&kern, &c, 0..nrows);
+                    let tol = bounds(&c, 2e-6);
+                    for i in 0..got.len() {
+                        assert!(((got[i] - want[i]) as f64).abs() <= tol[i], "{ty} k={k} rows={nrows} tokens={n_tokens} out[{i}]: {} vs scalar {} (tol {})", got[i], want[i], tol[i]);
+                    }
+                    differ += got.iter().zip(&want).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+                    if nrows > 2 {
+                        let sub = run(&kern, &c, 2..nrows);
+                        for t in 0..n_tokens {
+                            assert_eq!(bits(&sub[t * (nrows - 2)..(t + 1) * (nrows - 2)]), bits(&got[t * nrows + 2..(t + 1) * nrows]), "{ty} k={k}: sub-range");
+                        }
+                    }
+                }
+            }
+            assert!(differ > 0, "{ty}: the interleaved order gave ggml's bits everywhere");
+            // Weights of the wrong length or width are refused; ggml's order keeps GGUF's layout.
+            let c = make_case(&mut rng, ty, 64, 3, 1);
+            assert!(kern.repack_weights(ty, 64, 4, &c.w).is_err(), "{ty}: rows beyond the bytes");
+            assert!(kern.repack_weights(ty, 48, 3, &c.w).is_err(), "{ty}: a width of no whole blocks");
+            assert!(kern.with_order(ProductOrder::Ggml).repack_weights(ty, 64, 3, &c.w).unwrap().is_none(), "{ty}: ggml's order repacked");
         }
     }
 }
@@ -284,8 +332,10 @@ fn every_level_is_batch_invariant() {
     let mut rng = StdRng::seed_from_u64(7);
     let mut kernels = simd_levels();
     kernels.push(scalar());
+    kernels.extend(interleaved());
     for ty in WEIGHT_TYPES {
-        let k = ks(ty)[0];
+        // Interleaved rows: two groups of eight blocks and a tail of three.
+        let k = if ty.block_elems() == 32 { 608 } else { ks(ty)[0] };
         let c = make_case(&mut rng, ty, k, 9, 70);
         let arb = activation_row_bytes(ty, k);
         for kern in &kernels {
@@ -459,18 +509,19 @@ proptest! {
 fn packed_activations_give_the_unpacked_bits() {
     let mut rng = StdRng::seed_from_u64(31);
     for ty in WEIGHT_TYPES {
-        let (k, nrows, n_tokens) = (512, 40, 6);
+        let (k, nrows, n_tokens) = (if ty.block_elems() == 32 { 608 } else { 512 }, 40, 6);
         let c = make_case(&mut rng, ty, k, nrows, n_tokens);
-        for kern in std::iter::once(scalar()).chain(simd_levels()) {
+        for kern in std::iter::once(scalar()).chain(simd_levels()).chain(interleaved()) {
+            let w = weights_for(&kern, ty, k, &c.w);
             let pack = kern.pack_activations(ty, &c.a, k, n_tokens).unwrap();
             for rows in [0..nrows, 3..17, 17..40] {
                 let want = run(&kern, &c, rows.clone());
                 let mut got = vec![f32::NAN; n_tokens * rows.len()];
-                kern.matmul_packed(ty, &c.w, k, rows, &c.a, n_tokens, &pack, &mut got).unwrap();
+                kern.matmul_packed(ty, &w, k, rows, &c.a, n_tokens, &pack, &mut got).unwrap();
                 assert_eq!(bits(&got), bits(&want), "{:?} {ty}", kern.level());
             }
             let mut out = vec![0f32; n_tokens * nrows];
-            assert!(kern.matmul_packed(ty, &c.w, k, 0..nrows, &c.a[..(n_tokens - 1) * c.a.len() / n_tokens], n_tokens - 1, &pack, &mut out[..(n_tokens - 1) * nrows]).is_err());
+            assert!(kern.matmul_packed(ty, &w, k, 0..nrows, &c.a[..(n_tokens - 1) * c.a.len() / n_tokens], n_tokens - 1, &pack, &mut out[..(n_tokens - 1) * nrows]).is_err());
         }
     }
 }
@@ -483,10 +534,11 @@ fn packed_activations_give_the_unpacked_bits() {
 fn packs_filled_token_by_token_and_strided_outputs_give_the_same_bits() {
     let mut rng = StdRng::seed_from_u64(37);
     for ty in WEIGHT_TYPES {
-        let (k, nrows, n_tokens) = (512, 24, 7);
+        let (k, nrows, n_tokens) = (if ty.block_elems() == 32 { 608 } else { 512 }, 24, 7);
         let c = make_case(&mut rng, ty, k, nrows, n_tokens);
         let arb = activation_row_bytes(ty, k);
-        for kern in std::iter::once(scalar()).chain(simd_levels()) {
+        for kern in std::iter::once(scalar()).chain(simd_levels()).chain(interleaved()) {
+            let w = weights_for(&kern, ty, k, &c.w);
             let whole = kern.pack_activations(ty, &c.a, k, n_tokens).unwrap();
             let mut tokenwise = kern.packed_activations(ty, k, n_tokens).unwrap();
             {
@@ -510,22 +562,22 @@ fn packs_filled_token_by_token_and_strided_outputs_give_the_same_bits() {
             }
             let rows = 5..19;
             let mut want = vec![0f32; n_tokens * rows.len()];
-            kern.matmul_packed(ty, &c.w, k, rows.clone(), &c.a, n_tokens, &whole, &mut want).unwrap();
+            kern.matmul_packed(ty, &w, k, rows.clone(), &c.a, n_tokens, &whole, &mut want).unwrap();
             let mut got = vec![0f32; n_tokens * rows.len()];
-            kern.matmul_packed(ty, &c.w, k, rows.clone(), &c.a, n_tokens, &tokenwise, &mut got).unwrap();
+            kern.matmul_packed(ty, &w, k, rows.clone(), &c.a, n_tokens, &tokenwise, &mut got).unwrap();
             assert_eq!(bits(&got), bits(&want), "{:?} {ty}: token-by-token pack", kern.level());
             // Straight into columns 3.. of a 30-wide output.
             let width = 30;
             let mut wide = vec![-7.0f32; n_tokens * width];
             // SAFETY: the writes land in `wide` (columns 3..3 + rows.len() of n_tokens rows).
-            unsafe { kern.matmul_packed_into(ty, &c.w, k, rows.clone(), &c.a, n_tokens, &tokenwise, wide.as_mut_ptr().add(3), width) }.unwrap();
+            unsafe { kern.matmul_packed_into(ty, &w, k, rows.clone(), &c.a, n_tokens, &tokenwise, wide.as_mut_ptr().add(3), width) }.unwrap();
             for t in 0..n_tokens {
                 let row = &wide[t * width..(t + 1) * width];
                 assert_eq!(bits(&row[3..3 + rows.len()]), bits(&want[t * rows.len()..(t + 1) * rows.len()]), "{:?} {ty}: strided", kern.level());
                 assert!(row[..3].iter().chain(&row[3 + rows.len()..]).all(|&x| x == -7.0), "{:?} {ty}: other columns", kern.level());
             }
             // SAFETY: refused before any write.
-            assert!(unsafe { kern.matmul_packed_into(ty, &c.w, k, rows.clone(), &c.a, n_tokens, &tokenwise, wide.as_mut_ptr(), rows.len() - 1) }.is_err(), "stride below the row count");
+            assert!(unsafe { kern.matmul_packed_into(ty, &w, k, rows.clone(), &c.a, n_tokens, &tokenwise, wide.as_mut_ptr(), rows.len() - 1) }.is_err(), "stride below the row count");
         }
     }
 }
@@ -536,11 +588,12 @@ fn packs_filled_token_by_token_and_strided_outputs_give_the_same_bits() {
 fn reused_packs_give_the_bits_of_new_ones() {
     let mut rng = StdRng::seed_from_u64(41);
     for ty in WEIGHT_TYPES {
-        let (k, nrows, n_tokens) = (512, 20, 8);
+        let (k, nrows, n_tokens) = (if ty.block_elems() == 32 { 608 } else { 512 }, 20, 8);
         let first = make_case(&mut rng, ty, k, nrows, n_tokens);
         let second = make_case(&mut rng, ty, k, nrows, n_tokens);
         let arb = activation_row_bytes(ty, k);
-        for kern in std::iter::once(scalar()).chain(simd_levels()) {
+        for kern in std::iter::once(scalar()).chain(simd_levels()).chain(interleaved()) {
+            let w = weights_for(&kern, ty, k, &first.w);
             let mut spare = vec![kern.pack_activations(ty, &first.a, k, n_tokens).unwrap()];
             // Other token counts and widths stay in the spares.
             let other = kern.reuse_packed_activations(&mut spare, ty, k, n_tokens - 1).unwrap();
@@ -557,9 +610,9 @@ fn reused_packs_give_the_bits_of_new_ones() {
                 }
             }
             let mut want = vec![0f32; n_tokens * nrows];
-            kern.matmul(ty, &first.w, k, 0..nrows, &second.a, n_tokens, &mut want).unwrap();
+            kern.matmul(ty, &w, k, 0..nrows, &second.a, n_tokens, &mut want).unwrap();
             let mut got = vec![0f32; n_tokens * nrows];
-            kern.matmul_packed(ty, &first.w, k, 0..nrows, &second.a, n_tokens, &reused, &mut got).unwrap();
+            kern.matmul_packed(ty, &w, k, 0..nrows, &second.a, n_tokens, &reused, &mut got).unwrap();
             assert_eq!(bits(&got), bits(&want), "{:?} {ty}: reused pack", kern.level());
         }
     }

@@ -124,6 +124,10 @@ pub fn engine_options(config: &Config, model: &LoadedModel, single_sequence: boo
         decode_device: DeviceKind::Cpu,
         prefill_min_tokens: config.devices.prefill_min_tokens,
         vulkan_exact: config.devices.vulkan_exact,
+        cpu_products: match config.devices.cpu_products {
+            strata_config::CpuProducts::Interleaved => strata_quant::ProductOrder::Interleaved,
+            strata_config::CpuProducts::Ggml => strata_quant::ProductOrder::Ggml,
+        },
         max_seqs: if single_sequence { 1 } else { config.batching.max_seqs },
         parallel_logits_min: config.batching.parallel_sampling_min_logits,
         kv_in_host_memory: config.kv.resident == strata_config::KvResidence::Host,

@@ -44,8 +44,12 @@ pub struct EngineOptions {
     pub max_seqs: usize,
     /// Keep the KV arena in host memory even when both devices are the same GPU.
     pub kv_in_host_memory: bool,
-    /// Vulkan computes the CPU device's bits in decode steps (also `STRATA_VULKAN_EXACT=1`).
+    /// Vulkan computes the CPU device's bits in decode steps (also `STRATA_VULKAN_EXACT=1`); the
+    /// CPU then sums its products in ggml's order whatever `cpu_products` says.
     pub vulkan_exact: bool,
+    /// The order of the CPU device's Q4_0 / Q4_1 / Q8_0 products (ggml's by default here; the
+    /// server's configuration defaults to the interleaved one).
+    pub cpu_products: strata_quant::ProductOrder,
     /// Logits in a step from which the host work on them (the copy out of the device, each
     /// sequence's sampling) is spread over threads. On the H200's host a step of 32 sequences of
     /// a 152k vocabulary (19.5 MB) took ~2.3 ms to copy and ~5.5 ms to sample greedily on one
@@ -70,6 +74,7 @@ impl Default for EngineOptions {
             max_seqs: 64,
             kv_in_host_memory: false,
             vulkan_exact: false,
+            cpu_products: strata_quant::ProductOrder::Ggml,
             parallel_logits_min: 1 << 19,
         }
     }
@@ -275,9 +280,14 @@ impl Engine {
 
     fn cpu_plan(model: &LoadedModel, opts: &EngineOptions, kv: Arc<HostKvMemory>) -> Result<CpuPlan, EngineError> {
         let kernels = match opts.simd {
-            Some(level) => Some(strata_quant::Kernels::with_level(level).ok_or_else(|| DeviceError::NotAvailable(format!("cpu SIMD level {level:?}")))?),
-            None => None,
+            Some(level) => strata_quant::Kernels::with_level(level).ok_or_else(|| DeviceError::NotAvailable(format!("cpu SIMD level {level:?}")))?,
+            None => strata_quant::Kernels::best(),
         };
+        // Vulkan's exact mode reproduces ggml's order (so a step prefilled on the CPU and
+        // decoded on Vulkan, or compared with it, sums alike).
+        let exact = opts.vulkan_exact || ContextOptions::default().exact;
+        let order = if exact { strata_quant::ProductOrder::Ggml } else { opts.cpu_products };
+        let kernels = Some(kernels.with_order(order));
         Ok(CpuPlan::compile(
             model.graph.clone(),
             model.file.clone(),

@@ -80,6 +80,9 @@ struct WeightSlot {
     row_bytes: usize,
     /// Norm weights and biases, dequantized once.
     small: Option<Arc<[f32]>>,
+    /// The weights as the products read them, where the kernels repack them
+    /// (`Kernels::repack_weights`); lookups (the embedding) read the file's bytes.
+    repacked: Option<Vec<u8>>,
 }
 
 /// The forward graph compiled for the CPU.
@@ -130,8 +133,14 @@ impl CpuPlan {
         if kv.placement().k.len() != hp.n_layers || kv.placement().row_stride_bytes < (hp.kv_width() * 2) as u64 {
             return Err(DeviceError::Unsupported { device: "cpu".into(), what: "the KV arena was laid out for another model".into() });
         }
+        let mut in_products = vec![false; graph.weights.len()];
+        for op in &graph.ops {
+            if let Op::MatMul { outputs, .. } = op {
+                outputs.iter().for_each(|p| in_products[p.weight.0 as usize] = true);
+            }
+        }
         let mut weights = Vec::with_capacity(graph.weights.len());
-        for w in &graph.weights {
+        for (w, &in_product) in graph.weights.iter().zip(&in_products) {
             let start = usize::try_from(w.offset).map_err(|_| bad_weight(w))?;
             let len = usize::try_from(w.bytes).map_err(|_| bad_weight(w))?;
             let range = start..start.checked_add(len).ok_or_else(|| bad_weight(w))?;
@@ -144,8 +153,11 @@ impl CpuPlan {
                 None
             };
             let row_bytes = w.ty.row_bytes(w.cols as u64).and_then(|b| usize::try_from(b).ok()).ok_or_else(|| bad_weight(w))?;
-            weights.push(WeightSlot { w: w.clone(), range, row_bytes, small });
+            let repacked = if in_product { kernels.repack_weights(w.ty, w.cols, w.rows, bytes)? } else { None };
+            weights.push(WeightSlot { w: w.clone(), range, row_bytes, small, repacked });
         }
+        let repacked_bytes: usize = weights.iter().filter_map(|w| w.repacked.as_ref()).map(Vec::len).sum();
+        tracing::info!(level = ?kernels.level(), products = ?kernels.order(), repacked_mib = repacked_bytes >> 20, "CPU plan compiled");
         let mut acts: Vec<(GgmlType, Vec<u8>)> = Vec::new();
         for op in &graph.ops {
             if let Op::MatMul { input, outputs } = op {
@@ -223,6 +235,14 @@ impl CpuPlan {
     fn weight_bytes(&self, id: strata_model::graph::WeightId) -> &[u8] {
         // The ranges were checked against the file in `compile`.
         &self.file.bytes()[self.weights[id.0 as usize].range.clone()]
+    }
+
+    /// A weight's bytes as the products read them (repacked where the kernels repack).
+    fn product_bytes(&self, id: strata_model::graph::WeightId) -> &[u8] {
+        match &self.weights[id.0 as usize].repacked {
+            Some(bytes) => bytes,
+            None => self.weight_bytes(id),
+        }
     }
 
     fn small(&self, id: strata_model::graph::WeightId) -> &[f32] {
@@ -427,7 +447,7 @@ impl CpuPlan {
                 let (dst, width) = &outs[pi];
                 // SAFETY: columns `rows` of this projection's output rows 0..n (a buffer of at
                 // least n rows of `width` floats) are written only by the thread holding this job.
-                let written = unsafe { kernels.matmul_packed_into(w.ty, plan.weight_bytes(p.weight), k, rows.clone(), act, n, pack, dst.ptr().add(rows.start), *width) };
+                let written = unsafe { kernels.matmul_packed_into(w.ty, plan.product_bytes(p.weight), k, rows.clone(), act, n, pack, dst.ptr().add(rows.start), *width) };
                 if let Err(e) = written {
                     *err.lock() = Some(e);
                     return;
