@@ -188,6 +188,21 @@ fn interleaved_products_match_scalar_within_rounding() {
     }
 }
 
+/// Large weights are repacked on several threads: the same bytes as row ranges repacked alone.
+#[test]
+fn repacking_large_weights_on_threads_gives_the_bytes_of_small_ranges() {
+    for kern in interleaved() {
+        let (ty, k, rows) = (GgmlType::Q8_0, 4096, 4001);
+        let rb = ty.row_bytes(k as u64).unwrap() as usize;
+        let w: Vec<u8> = (0..rows * rb).map(|i| (i * 131 + i / 977) as u8).collect();
+        let whole = kern.repack_weights(ty, k, rows, &w).unwrap().unwrap();
+        for range in [0..7, 1999..2003, 3990..4001] {
+            let part = kern.repack_weights(ty, k, range.len(), &w[range.start * rb..range.end * rb]).unwrap().unwrap();
+            assert_eq!(part, whole[range.start * rb..range.end * rb], "rows {range:?}");
+        }
+    }
+}
+
 #[test]
 fn simd_matmul_matches_scalar_many_tokens() {
     // More than one token cache block (64), rows not a multiple of 4.
