@@ -418,8 +418,9 @@ unsafe fn interleaved_tile<const W: u8>(nr: usize, nt: usize, p: &Tile) {
 /// group of eight blocks, eight (Q8_0) or four (nibbles, two vectors each) `vpdpbusd` leave each
 /// block's integer sum in its own lane of one accumulator per (row, token), started from the
 /// blocks' offset corrections; one multiply forms the eight `d_w * d_a` and one FMA adds the
-/// group (Q4_1: one more FMA for its `m * s`). The blocks after the last group take one
-/// `vpdpbusd` and one FMA each into the same lanes. Every (row, token) runs the same
+/// group (Q4_1: one more FMA for its `m * s`). The blocks after the last group go in pairs (two
+/// `vpdpbusd`, a multiply and an FMA per pair, block A in lanes 0-3 and B in 4-7) and a last odd
+/// block takes one `vpdpbusd` and one FMA, into the same lanes. Every (row, token) runs the same
 /// instructions in the same order whatever R and T are (batch invariance).
 /// # Safety
 /// The CPU must have the features in this function's `target_feature` attribute, and

@@ -283,9 +283,12 @@ impl Kernels {
     /// Multiplies weight rows `rows` by `n_tokens` activation rows:
     /// `out[t * rows.len() + (r - rows.start)] = dot(weight row r, activation row t)`.
     ///
-    /// `weights` holds all rows, row-major, each `k` elements of `weight`; `acts` holds
-    /// exactly `n_tokens` rows produced by [`Kernels::quantize_activations`] for `weight`;
-    /// `out` is exactly `n_tokens * rows.len()` floats. Single-threaded: callers split `rows`.
+    /// `weights` holds all rows, row-major, each `k` elements of `weight`, in the layout these
+    /// kernels read: where [`Kernels::interleaves`] `weight`, as [`Kernels::repack_weights`]
+    /// returned them (GGUF's bytes would give wrong results, not an error: both have the same
+    /// length); `acts` holds exactly `n_tokens` rows produced by
+    /// [`Kernels::quantize_activations`] for `weight`; `out` is exactly `n_tokens * rows.len()`
+    /// floats. Single-threaded: callers split `rows`.
     #[allow(clippy::too_many_arguments)]
     pub fn matmul(
         &self,

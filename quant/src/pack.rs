@@ -73,7 +73,9 @@ impl ActPack {
     /// `q8_0_offset` is the constant the kernel adds to Q8_0 weights to make them unsigned
     /// (128 on AVX-512 VNNI, 0 where a sign trick is used instead); `corr` then carries the
     /// matching lane corrections. Q4_0 nibbles are used unsigned (offset 8); for Q4_1,
-    /// `v_by_block` holds the Q8_1 blocks' `s`.
+    /// `v_by_block` holds the Q8_1 blocks' `s`. `interleaved` (32-block types only): the values
+    /// in `crate::interleave`'s order, with `corr_by_block` and `v` in place of `corr` and
+    /// `v_by_block`.
     pub(crate) fn new(weight: GgmlType, acts: &[u8], k: usize, n_tokens: usize, q8_0_offset: i32, interleaved: bool) -> ActPack {
         let mut pack = ActPack::zeroed(weight, k, n_tokens, q8_0_offset, interleaved);
         let ptrs = pack.ptrs(weight, k, n_tokens, q8_0_offset);
@@ -310,12 +312,13 @@ pub(crate) struct Tile {
     /// First token's entry of [`ActPack::d_by_block`] (block 0), `vb_stride` floats per block;
     /// null when none.
     pub adb: *const f32,
-    /// First token's lane corrections (see [`ActPack::corr`]), `8 * nb` per token; null when none.
+    /// First token's lane corrections (see [`ActPack::corr`]), `8 * nb` per token; interleaved
+    /// packs: [`ActPack::corr_by_block`], `side` per token. Null when none.
     pub corr: *const i32,
     /// First token's entry of [`ActPack::v_by_block`] (block 0), `vb_stride` floats per block;
-    /// null when none.
+    /// interleaved packs: [`ActPack::v`], `side` floats per token. Null when none.
     pub vb: *const f32,
-    /// Floats per block in `adb` and `vb` (the call's token count).
+    /// Floats per block in `adb` and `vb` (the call's token count; `side` for interleaved packs).
     pub vb_stride: usize,
     /// First token's Q8_K block sums, `16 * nb` per token.
     pub bs: *const i16,

@@ -47,8 +47,8 @@ pub struct EngineOptions {
     /// Vulkan computes the CPU device's bits in decode steps (also `STRATA_VULKAN_EXACT=1`); the
     /// CPU then sums its products in ggml's order whatever `cpu_products` says.
     pub vulkan_exact: bool,
-    /// The order of the CPU device's Q4_0 / Q4_1 / Q8_0 products (ggml's by default here; the
-    /// server's configuration defaults to the interleaved one).
+    /// The order of the CPU device's Q4_0 / Q4_1 / Q8_0 products (`devices.cpu_products`;
+    /// ggml's by default, here and in the configuration).
     pub cpu_products: strata_quant::ProductOrder,
     /// Logits in a step from which the host work on them (the copy out of the device, each
     /// sequence's sampling) is spread over threads. On the H200's host a step of 32 sequences of
