@@ -427,14 +427,14 @@ unsafe fn interleaved_tile<const W: u8>(nr: usize, nt: usize, p: &Tile) {
 /// every pointer must be valid for the reads and writes its arguments describe.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn tile_interleaved<const W: u8, const R: usize, const T: usize>(p: &Tile) {
-    let bb = match W {
-        Q40 => 18,
-        Q41 => 20,
-        _ => 34,
+    let ty = match W {
+        Q40 => GgmlType::Q4_0,
+        Q41 => GgmlType::Q4_1,
+        _ => GgmlType::Q8_0,
     };
-    let hdr = if W == Q41 { 32 } else { 16 };
+    let (bb, hdr, phdr) = (ty.block_bytes(), crate::interleave::group_header_bytes(ty), crate::interleave::pair_header_bytes(ty));
     let (nb, side) = (p.nb, p.side);
-    let ng = nb / 8;
+    let (ng, pairs, _) = crate::interleave::row_parts(nb);
     let row = |r: usize| p.w.add(r * p.rb);
     let nibbles = _mm256_set1_epi8(0x0f);
     // The float accumulators stay in memory: they change once per group, while the integer
@@ -517,12 +517,6 @@ unsafe fn tile_interleaved<const W: u8, const R: usize, const T: usize>(p: &Tile
     }
     // Pairs of blocks: block A in lanes 0-3, B in 4-7; each block's correction, `m` and `s` in
     // its first lane.
-    let (_, pairs, _) = crate::interleave::row_parts(nb);
-    let phdr = crate::interleave::pair_header_bytes(match W {
-        Q40 => GgmlType::Q4_0,
-        Q41 => GgmlType::Q4_1,
-        _ => GgmlType::Q8_0,
-    });
     let halves = _mm256_set_epi32(1, 1, 1, 1, 0, 0, 0, 0);
     let two_f32 = |ptr: *const f32| _mm256_castps128_ps256(_mm_castpd_ps(_mm_load_sd(ptr as *const f64)));
     for pi in 0..pairs {

@@ -69,9 +69,9 @@ fn element(ty: GgmlType, block: &[u8], e: usize) -> u8 {
 /// The caller checked that `ty` is interleavable, `k` a whole number of blocks and both slices
 /// exactly one row long.
 pub(crate) fn repack_row(ty: GgmlType, k: usize, src: &[u8], dst: &mut [u8]) {
-    let (bb, _) = block_layout(ty);
+    let (bb, qoff) = block_layout(ty);
     let nb = k / 32;
-    let ng = nb / GROUP_BLOCKS;
+    let (ng, pairs, _) = row_parts(nb);
     let hdr = group_header_bytes(ty);
     for g in 0..ng {
         let blocks = &src[g * GROUP_BLOCKS * bb..(g + 1) * GROUP_BLOCKS * bb];
@@ -82,20 +82,19 @@ pub(crate) fn repack_row(ty: GgmlType, k: usize, src: &[u8], dst: &mut [u8]) {
             if ty == GgmlType::Q4_1 {
                 out[16 + 2 * j..18 + 2 * j].copy_from_slice(&blk[2..4]);
             }
-            for i in 0..4 {
-                if ty == GgmlType::Q8_0 {
-                    for u in 0..8 {
-                        out[hdr + 32 * u + 4 * j + i] = element(ty, blk, 4 * u + i);
-                    }
-                } else {
+            if ty != GgmlType::Q8_0 {
+                for i in 0..4 {
                     for v in 0..4 {
                         out[hdr + 32 * v + 4 * j + i] = element(ty, blk, 8 * v + i) | (element(ty, blk, 8 * v + 4 + i) << 4);
                     }
                 }
             }
         }
+        if ty == GgmlType::Q8_0 {
+            // Q8_0's quants go where the activations' values go.
+            group_values(|j| &blocks[j * bb + qoff..j * bb + qoff + 32], &mut out[hdr..hdr + 256]);
+        }
     }
-    let pairs = (nb - ng * GROUP_BLOCKS) / 2;
     let phdr = pair_header_bytes(ty);
     for p in 0..pairs {
         let b0 = ng * GROUP_BLOCKS + 2 * p;
@@ -107,12 +106,8 @@ pub(crate) fn repack_row(ty: GgmlType, k: usize, src: &[u8], dst: &mut [u8]) {
             out[4..6].copy_from_slice(&a[2..4]);
             out[6..8].copy_from_slice(&b[2..4]);
         }
-        let (_, qoff) = block_layout(ty);
         if ty == GgmlType::Q8_0 {
-            for (half, e0) in [0, 16].into_iter().enumerate() {
-                out[phdr + 32 * half..phdr + 32 * half + 16].copy_from_slice(&a[qoff + e0..qoff + e0 + 16]);
-                out[phdr + 32 * half + 16..phdr + 32 * half + 32].copy_from_slice(&b[qoff + e0..qoff + e0 + 16]);
-            }
+            pair_values(&a[qoff..qoff + 32], &b[qoff..qoff + 32], &mut out[phdr..phdr + 64]);
         } else {
             out[phdr..phdr + 16].copy_from_slice(&a[qoff..qoff + 16]);
             out[phdr + 16..phdr + 32].copy_from_slice(&b[qoff..qoff + 16]);
@@ -138,29 +133,38 @@ pub(crate) fn row_parts(nb: usize) -> (usize, usize, usize) {
     (ng, rest / 2, rest % 2)
 }
 
-/// Writes one token's `k` activation values (`vals(b)`: block `b`'s 32 bytes) into `qs` in the
-/// interleaved order: whole groups transposed by 32-bit lanes, the blocks after them as they are.
-pub(crate) fn interleave_activations<'a>(k: usize, vals: impl Fn(usize) -> &'a [u8], qs: &mut [u8]) {
-    let nb = k / 32;
-    let ng = nb / GROUP_BLOCKS;
-    for g in 0..ng {
-        let out = &mut qs[256 * g..256 * (g + 1)];
-        for j in 0..GROUP_BLOCKS {
-            let v = vals(g * GROUP_BLOCKS + j);
-            for u in 0..8 {
-                out[32 * u + 4 * j..32 * u + 4 * j + 4].copy_from_slice(&v[4 * u..4 * u + 4]);
-            }
+/// A group's 8-bit values (`vals(j)`: block `j`'s 32) into its 256 bytes: byte `32u + 4j + i`
+/// is element `4u + i` of block `j`. Activations, and Q8_0's weight quants, are laid out so.
+fn group_values<'a>(vals: impl Fn(usize) -> &'a [u8], out: &mut [u8]) {
+    for j in 0..GROUP_BLOCKS {
+        let v = vals(j);
+        for u in 0..8 {
+            out[32 * u + 4 * j..32 * u + 4 * j + 4].copy_from_slice(&v[4 * u..4 * u + 4]);
         }
     }
-    let (_, pairs, _) = row_parts(nb);
+}
+
+/// A pair's 8-bit values (blocks `a` and `b`, 32 each) into its 64 bytes:
+/// `a[0..16] b[0..16] a[16..32] b[16..32]`.
+fn pair_values(a: &[u8], b: &[u8], out: &mut [u8]) {
+    out[0..16].copy_from_slice(&a[0..16]);
+    out[16..32].copy_from_slice(&b[0..16]);
+    out[32..48].copy_from_slice(&a[16..32]);
+    out[48..64].copy_from_slice(&b[16..32]);
+}
+
+/// Writes one token's `k` activation values (`vals(b)`: block `b`'s 32 bytes) into `qs` in the
+/// interleaved order: whole groups transposed by 32-bit lanes, pairs by halves, a last odd block
+/// as it is.
+pub(crate) fn interleave_activations<'a>(k: usize, vals: impl Fn(usize) -> &'a [u8], qs: &mut [u8]) {
+    let nb = k / 32;
+    let (ng, pairs, _) = row_parts(nb);
+    for g in 0..ng {
+        group_values(|j| vals(g * GROUP_BLOCKS + j), &mut qs[256 * g..256 * (g + 1)]);
+    }
     for p in 0..pairs {
         let b0 = ng * GROUP_BLOCKS + 2 * p;
-        let (a, b) = (vals(b0), vals(b0 + 1));
-        let out = &mut qs[32 * b0..32 * (b0 + 2)];
-        out[0..16].copy_from_slice(&a[0..16]);
-        out[16..32].copy_from_slice(&b[0..16]);
-        out[32..48].copy_from_slice(&a[16..32]);
-        out[48..64].copy_from_slice(&b[16..32]);
+        pair_values(vals(b0), vals(b0 + 1), &mut qs[32 * b0..32 * (b0 + 2)]);
     }
     for b in ng * GROUP_BLOCKS + 2 * pairs..nb {
         qs[32 * b..32 * (b + 1)].copy_from_slice(vals(b));

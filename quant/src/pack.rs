@@ -95,18 +95,17 @@ impl ActPack {
         let nb = if kblock { k / QK_K } else { k / 32 };
         let stride = side_stride(nb);
         let offset_used = weight == GgmlType::Q4_0 || (weight == GgmlType::Q8_0 && q8_0_offset != 0);
-        let (ggml, inter) = (!interleaved, interleaved);
         ActPack {
             qs: vec![0u8; n_tokens * k + 64],
             d: vec![0f32; n_tokens * stride],
-            d_by_block: vec![0f32; if kblock || inter { 0 } else { nb * n_tokens }],
-            v_by_block: vec![0f32; if weight == GgmlType::Q4_1 && ggml { nb * n_tokens + 4 } else { 0 }],
-            corr: vec![0i32; if offset_used && ggml { n_tokens * nb * 8 } else { 0 }],
+            d_by_block: vec![0f32; if kblock || interleaved { 0 } else { nb * n_tokens }],
+            v_by_block: vec![0f32; if weight == GgmlType::Q4_1 && !interleaved { nb * n_tokens + 4 } else { 0 }],
+            corr: vec![0i32; if offset_used && !interleaved { n_tokens * nb * 8 } else { 0 }],
             bsums: vec![0i16; if kblock { n_tokens * nb * 16 } else { 0 }],
             stride,
             interleaved,
-            v: vec![0f32; if weight == GgmlType::Q4_1 && inter { n_tokens * stride } else { 0 }],
-            corr_by_block: vec![0i32; if offset_used && inter { n_tokens * stride } else { 0 }],
+            v: vec![0f32; if weight == GgmlType::Q4_1 && interleaved { n_tokens * stride } else { 0 }],
+            corr_by_block: vec![0i32; if offset_used && interleaved { n_tokens * stride } else { 0 }],
         }
     }
 
