@@ -222,6 +222,73 @@ unsafe fn load_w32<const W: u8>(row: *const u8, b: usize) -> __m256i {
     }
 }
 
+/// `hsum_float_8` of eight vectors at once: lane `i` of the result is `hsum_float_8(v[i])`, bit
+/// for bit. The same tree (the two 128-bit halves added, then lanes 0 + 2 and 1 + 3, then those
+/// two), each level for all eight vectors in a few shuffles and one add, where one by one costs
+/// six instructions a vector.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn hsum8_of_8(v: &[__m256; 8]) -> __m256 {
+    // [halves' sum of v[i] | halves' sum of v[i + 1]]: s_i = [a0+a4, a1+a5, a2+a6, a3+a7].
+    let halves = |i: usize| _mm256_add_ps(_mm256_permute2f128_ps::<0x20>(v[i], v[i + 1]), _mm256_permute2f128_ps::<0x31>(v[i], v[i + 1]));
+    let (s01, s23, s45, s67) = (halves(0), halves(2), halves(4), halves(6));
+    // [p_i, q_i, p_j, q_j | ...] with p = s[0] + s[2], q = s[1] + s[3].
+    let pq = |a: __m256, b: __m256| _mm256_add_ps(_mm256_shuffle_ps::<0b01_00_01_00>(a, b), _mm256_shuffle_ps::<0b11_10_11_10>(a, b));
+    let (x, y) = (pq(s01, s23), pq(s45, s67));
+    // x = [p0 q0 p2 q2 | p1 q1 p3 q3], y the same for 4..8: p + q in lanes [0 2 4 6 | 1 3 5 7].
+    let sums = _mm256_add_ps(_mm256_shuffle_ps::<0b10_00_10_00>(x, y), _mm256_shuffle_ps::<0b11_01_11_01>(x, y));
+    _mm256_permutevar8x32_ps(sums, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7))
+}
+
+/// Writes `hsum_float_8(acc[r][t])` (plus `extra(r, t)` with `ADD`) to `out[t * ostride + r]`
+/// for every (row, token) of an R x T tile, bit for bit as one at a time, eight (row, token)
+/// sums a [`hsum8_of_8`] in token-major order, so that two or four rows' results of a token are
+/// adjacent and stored together.
+/// # Safety
+/// The CPU must have AVX2; `out` must be valid for those writes.
+#[inline(always)]
+unsafe fn store_lane_sums<const R: usize, const T: usize, const ADD: bool>(acc: &[[__m256; T]; R], out: *mut f32, ostride: usize, extra: impl Fn(usize, usize) -> f32) {
+    let at = |k: usize| (k / R, k % R);
+    let mut k0 = 0;
+    while k0 + 8 <= R * T {
+        let mut sums = hsum8_of_8(&std::array::from_fn(|j| {
+            let (t, r) = at(k0 + j);
+            acc[r][t]
+        }));
+        if ADD {
+            let e: [f32; 8] = std::array::from_fn(|j| {
+                let (t, r) = at(k0 + j);
+                extra(r, t)
+            });
+            sums = _mm256_add_ps(sums, _mm256_loadu_ps(e.as_ptr()));
+        }
+        let t0 = k0 / R;
+        let (lo, hi) = (_mm256_castps256_ps128(sums), _mm256_extractf128_ps::<1>(sums));
+        if R == 4 {
+            _mm_storeu_ps(out.add(t0 * ostride), lo);
+            _mm_storeu_ps(out.add((t0 + 1) * ostride), hi);
+        } else if R == 2 {
+            for (i, half) in [lo, hi].into_iter().enumerate() {
+                _mm_storel_pd(out.add((t0 + 2 * i) * ostride) as *mut f64, _mm_castps_pd(half));
+                _mm_storeh_pd(out.add((t0 + 2 * i + 1) * ostride) as *mut f64, _mm_castps_pd(half));
+            }
+        } else {
+            let mut lanes = [0f32; 8];
+            _mm256_storeu_ps(lanes.as_mut_ptr(), sums);
+            for (j, x) in lanes.into_iter().enumerate() {
+                let (t, r) = at(k0 + j);
+                *out.add(t * ostride + r) = x;
+            }
+        }
+        k0 += 8;
+    }
+    for k in k0..R * T {
+        let (t, r) = at(k);
+        let x = hsum_float_8(acc[r][t]);
+        *out.add(t * ostride + r) = if ADD { x + extra(r, t) } else { x };
+    }
+}
+
 /// Blocks whose scale products a 32-block tile pass forms ahead of their dot products.
 const SCALE_CHUNK: usize = 32;
 
@@ -379,11 +446,7 @@ unsafe fn tile_b32_pass<const W: u8, const R: usize, const T: usize>(p: &Tile, r
     } else {
         _mm512_storeu_ps(sm.as_mut_ptr(), summs);
     }
-    for r in 0..R {
-        for t in 0..T {
-            *p.out.add(t * p.ostride + r0 + r) = hsum_float_8(acc[r][t]) + sm[r * ts + t];
-        }
-    }
+    store_lane_sums::<R, T, true>(&acc, p.out.add(r0), p.ostride, |r, t| sm[r * ts + t]);
 }
 
 /// [`tile_interleaved`] for a tile of `nr <= 4` rows and `nt <= 8` tokens.
@@ -585,11 +648,7 @@ unsafe fn tile_interleaved<const W: u8, const R: usize, const T: usize>(p: &Tile
             }
         }
     }
-    for r in 0..R {
-        for t in 0..T {
-            *p.out.add(t * p.ostride + r) = hsum_float_8(acc[r][t]);
-        }
-    }
+    store_lane_sums::<R, T, false>(&acc, p.out, p.ostride, |_, _| 0.0);
 }
 
 #[inline]
@@ -956,7 +1015,7 @@ pub(crate) unsafe fn attn_dots_f16(row: &impl Fn(usize) -> *const f16, n_rows: u
                     let kp = row(r).add(h / group * hd);
                     let qp = qs.as_ptr().add(h * hd);
                     let s = match order {
-                        crate::AttnOrder::Prefill => {
+                        crate::AttnOrder::Prefill | crate::AttnOrder::Sequential => {
                             let mut acc = _mm512_setzero_ps();
                             for c in (0..hd).step_by(16) {
                                 acc = _mm512_fmadd_ps(load_h16(kp.add(c)), _mm512_loadu_ps(qp.add(c)), acc);
@@ -1015,7 +1074,7 @@ unsafe fn dots_nc<const NC: usize>(row: &impl Fn(usize) -> *const f16, n_rows: u
                     let qp = qs.as_ptr().add((h0 + h) * hd);
                     let q = |c: usize| _mm512_loadu_ps(qp.add(16 * c));
                     sums[h][r] = match order {
-                        crate::AttnOrder::Prefill => {
+                        crate::AttnOrder::Prefill | crate::AttnOrder::Sequential => {
                             let mut acc = _mm512_setzero_ps();
                             for c in 0..NC {
                                 acc = _mm512_fmadd_ps(k[c], q(c), acc);
@@ -1149,7 +1208,13 @@ unsafe fn values_lanes<const H: usize, const CH: usize, const LOAD: bool>(acc: *
     let last = if LOAD { lanes.min(n_rows) } else { lanes };
     // Rows are fetched PF lanes ahead of their use (the first PF lanes' before starting).
     const PF: usize = 16;
-    if pf_bytes > 0 {
+    // One lane (AttnOrder::Sequential) walks the positions in order: rows are prefetched PF
+    // positions ahead inside that walk instead.
+    if pf_bytes > 0 && lanes == 1 {
+        for i in 0..PF.min(n_rows) {
+            prefetch_row(row(i), pf_bytes);
+        }
+    } else if pf_bytes > 0 {
         for i0 in 0..PF.min(n_rows) {
             for i in (i0..n_rows).step_by(lanes) {
                 prefetch_row(row(i), pf_bytes);
@@ -1175,6 +1240,9 @@ unsafe fn values_lanes<const H: usize, const CH: usize, const LOAD: bool>(acc: *
             }
             let mut i = i0;
             while i < n_rows {
+                if lanes == 1 && pf_bytes > 0 && d == 0 && i + PF < n_rows {
+                    prefetch_row(row(i + PF), pf_bytes);
+                }
                 let vp = row(i);
                 let v: [__m512; CH] = std::array::from_fn(|c| load_h16(vp.add(d + 16 * c)));
                 for h in 0..H {
@@ -1207,6 +1275,10 @@ pub(crate) unsafe fn finish_values(acc: &[f32], hd: usize, order: crate::AttnOrd
                 _mm512_add_ps(_mm512_add_ps(lane(l, d), lane(32 + l, d)), _mm512_add_ps(lane(16 + l, d), lane(48 + l, d)))
             }),
             crate::AttnOrder::Prefill => std::array::from_fn(|l| lane(l, d)),
+            crate::AttnOrder::Sequential => {
+                _mm512_storeu_ps(out.as_mut_ptr().add(d), lane(0, d));
+                continue;
+            }
         };
         let r8: [__m512; 8] = std::array::from_fn(|i| _mm512_add_ps(x[i], x[i + 8]));
         let r4: [__m512; 4] = std::array::from_fn(|i| _mm512_add_ps(r8[i], r8[i + 4]));

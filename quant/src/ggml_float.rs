@@ -1,6 +1,7 @@
 //! The float ops of attention and SwiGLU in ggml's exact CPU arithmetic (x86, AVX-512 build):
 //! its vectorized `expf`, its softmax, and the two summation orders its attention products take
-//! (`ggml_vec_dot_f16` for a one-token step, llamafile's tinyBLAS for a many-token one).
+//! (`ggml_vec_dot_f16` for a one-token step, llamafile's tinyBLAS for a many-token one); beside
+//! them, strata-rt's own sequential order for when llama.cpp's bits are not the goal.
 //!
 //! Why: with 8-bit activations a last-bit difference anywhere moves some activation a whole
 //! quantization step, and over 30 layers that flips near-ties of the output. Computing what
@@ -19,6 +20,13 @@ pub enum AttnOrder {
     /// ggml's many-token path (llamafile tinyBLAS): one 16-lane accumulator over chunks of 16
     /// elements, reduced across lanes.
     Prefill,
+    /// Not ggml's: the scores as [`AttnOrder::Prefill`]; the value product with one accumulator
+    /// per output element, the positions added in order. ggml's orders keep 64 or 16 rows of
+    /// accumulators per head (one per position modulo that), which a decode step of a short
+    /// context writes and reduces for a few positions each; this order has no such fixed cost.
+    /// For the products' own non-ggml order (`ProductOrder::Interleaved`), where llama.cpp's bits
+    /// are not kept anyway.
+    Sequential,
 }
 
 impl AttnOrder {
@@ -27,6 +35,7 @@ impl AttnOrder {
         match self {
             AttnOrder::Decode => 64,
             AttnOrder::Prefill => 16,
+            AttnOrder::Sequential => 1,
         }
     }
 }
@@ -78,7 +87,7 @@ pub fn reduce16(x: &[f32; 16]) -> f32 {
 /// f32 here, so every product is exact).
 pub fn dot(a: &[f32], b: &[f32], order: AttnOrder) -> f32 {
     let n = a.len().min(b.len());
-    if order == AttnOrder::Prefill && n.is_multiple_of(16) {
+    if order != AttnOrder::Decode && n.is_multiple_of(16) {
         let mut acc = [0f32; 16];
         for c in (0..n).step_by(16) {
             for l in 0..16 {
@@ -155,6 +164,10 @@ pub fn finish_values(acc: &[f32], hd: usize, order: AttnOrder, out: &mut [f32]) 
         let x: [f32; 16] = match order {
             AttnOrder::Decode => std::array::from_fn(|l| (lane(l) + lane(32 + l)) + (lane(16 + l) + lane(48 + l))),
             AttnOrder::Prefill => std::array::from_fn(lane),
+            AttnOrder::Sequential => {
+                *o = lane(0);
+                continue;
+            }
         };
         *o = reduce16(&x);
     }
@@ -177,12 +190,35 @@ mod tests {
         assert_eq!(v_expf(1000.0), f32::INFINITY);
     }
 
+    /// The sequential order's value product is the running sum of `w * v`, one FMA a position
+    /// in position order, whatever position the rows start at.
+    #[test]
+    fn sequential_values_are_a_running_sum() {
+        let hd = 48;
+        let weights: Vec<f32> = (0..37).map(|j| ((j * 7 % 11) as f32 * 0.09).max(0.0)).collect();
+        let values: Vec<f32> = (0..37 * hd).map(|i| (i as f32 * 0.173).sin()).collect();
+        let mut want = vec![0f32; hd];
+        for (j, w) in weights.iter().enumerate() {
+            for (d, o) in want.iter_mut().enumerate() {
+                *o = w.mul_add(values[j * hd + d], *o);
+            }
+        }
+        let order = AttnOrder::Sequential;
+        assert_eq!(order.value_lanes(), 1);
+        let mut acc = vec![0f32; hd];
+        accumulate_values(&mut acc, hd, order, 3, &weights[..20], &values[..20 * hd]);
+        accumulate_values(&mut acc, hd, order, 23, &weights[20..], &values[20 * hd..]);
+        let mut out = vec![f32::NAN; hd];
+        finish_values(&acc, hd, order, &mut out);
+        assert_eq!(out.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), want.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
+    }
+
     #[test]
     fn orders_sum_the_same_products() {
         let a: Vec<f32> = (0..128).map(|i| (i as f32 * 0.37).sin()).collect();
         let b: Vec<f32> = (0..128).map(|i| (i as f32 * 0.11).cos()).collect();
         let exact: f64 = a.iter().zip(&b).map(|(x, y)| *x as f64 * *y as f64).sum();
-        for order in [AttnOrder::Decode, AttnOrder::Prefill] {
+        for order in [AttnOrder::Decode, AttnOrder::Prefill, AttnOrder::Sequential] {
             assert!((dot(&a, &b, order) as f64 - exact).abs() < 1e-4);
         }
     }

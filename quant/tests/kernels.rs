@@ -376,7 +376,7 @@ fn every_level_is_batch_invariant() {
 
 /// The many-row attention helpers are bit-identical to the one-row calls they batch.
 /// The ggml-exact float ops (SwiGLU, attention dots, softmax, value sums) give the scalar
-/// level's bits on every level, over awkward lengths and both summation orders.
+/// level's bits on every level, over awkward lengths and every summation order.
 #[test]
 fn ggml_float_ops_are_bit_identical_across_levels() {
     use strata_quant::AttnOrder;
@@ -401,7 +401,7 @@ fn ggml_float_ops_are_bit_identical_across_levels() {
         scores.clear();
     }
     for hd in [64usize, 128] {
-        for order in [AttnOrder::Decode, AttnOrder::Prefill] {
+        for order in [AttnOrder::Decode, AttnOrder::Prefill, AttnOrder::Sequential] {
             let rows_n = 37;
             let rows: Vec<f32> = rand_vec(&mut rng, rows_n * hd, 1.0).iter().map(|&x| f16::from_f32(x).to_f32()).collect();
             let q: Vec<f32> = rand_vec(&mut rng, hd, 2.0).iter().map(|&x| f16::from_f32(x).to_f32()).collect();
@@ -478,7 +478,7 @@ proptest! {
         let weights: Vec<f32> = (0..heads * len)
             .map(|i| if i % 13 == 0 { 0.0 } else { f16::from_f32(rng.gen_range(0.0f32..1.0)).to_f32() })
             .collect();
-        for order in [AttnOrder::Decode, AttnOrder::Prefill] {
+        for order in [AttnOrder::Decode, AttnOrder::Prefill, AttnOrder::Sequential] {
             let lanes = order.value_lanes();
             let mut want_dots = vec![0f32; heads * len];
             for h in 0..heads {

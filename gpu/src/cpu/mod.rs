@@ -509,7 +509,10 @@ impl CpuPlan {
         // ggml sums a step's attention products in one order when the step has one token and
         // in another when it has many (see AttnOrder). Per sequence here, so that a decoding
         // sequence's results do not depend on what else is in the step: a sequence with several
-        // tokens in the step is prefilling, one with a single token is decoding.
+        // tokens in the step is prefilling, one with a single token is decoding. With the
+        // products in their own order llama.cpp's bits are gone anyway, and attention takes the
+        // order without ggml's fixed cost per head (the same for prefill and decode).
+        let own_order = self.kernels.order() == strata_quant::ProductOrder::Interleaved;
         let mut tokens_of_seq = vec![0u32; b.block_tables.len()];
         for &s in b.seq_of_token {
             tokens_of_seq[s as usize] += 1;
@@ -530,7 +533,13 @@ impl CpuPlan {
                     let (kvh, kv_heads) = (h0 / group, (heads_per_item / group).max(1));
                     let seq = b.seq_of_token[t] as usize;
                     let table = b.block_tables[seq];
-                    let order = if tokens_of_seq[seq] > 1 { AttnOrder::Prefill } else { AttnOrder::Decode };
+                    let order = if own_order {
+                        AttnOrder::Sequential
+                    } else if tokens_of_seq[seq] > 1 {
+                        AttnOrder::Prefill
+                    } else {
+                        AttnOrder::Decode
+                    };
                     let len = b.positions[t] as usize + 1;
                     let cols = t * qw + h0 * hd..t * qw + (h0 + heads_per_item) * hd;
                     let qv = &qbuf[cols.clone()];

@@ -108,7 +108,7 @@ pub struct AttnScratch {
 /// The arithmetic is llama.cpp's (non-flash) attention on the CPU, bit for bit: the query and
 /// the softmax weights are rounded to f16 before they meet the f16 cache, the softmax is ggml's,
 /// and both products follow `order` (ggml sums a one-token step's products differently from a
-/// many-token step's; see [`AttnOrder`]).
+/// many-token step's; see [`AttnOrder`]; `AttnOrder::Sequential` is strata-rt's own).
 #[allow(clippy::too_many_arguments)]
 pub fn attend_group(
     kernels: &Kernels,
@@ -209,7 +209,7 @@ mod tests {
 
     /// The grouped attention is the per-head attention, bit for bit, whether a call takes one KV
     /// head or both, and every kernel level computes the scalar level's bits, for GQA groups of
-    /// 1, 3 and 7 heads over scattered blocks, in both summation orders.
+    /// 1, 3 and 7 heads over scattered blocks, in every summation order.
     #[test]
     fn attend_group_equals_attend_one_per_head() {
         let mut rng = rand::rngs::StdRng::seed_from_u64(5);
@@ -231,7 +231,7 @@ mod tests {
             let len = 83;
             let q: Vec<f32> = (0..group * hd).map(|_| rng.gen_range(-2.0f32..2.0)).collect();
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-            for order in [AttnOrder::Decode, AttnOrder::Prefill] {
+            for order in [AttnOrder::Decode, AttnOrder::Prefill, AttnOrder::Sequential] {
                 let mut scalar_out: Option<Vec<f32>> = None;
                 for level in [strata_quant::SimdLevel::Scalar, strata_quant::SimdLevel::Avx2, strata_quant::SimdLevel::Avx512Vnni] {
                     let Some(k) = Kernels::with_level(level) else { continue };
