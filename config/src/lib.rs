@@ -99,8 +99,21 @@ impl Config {
         Parsed::new(text, source_name, env).map(|p| p.config)
     }
 
-    /// The defaults with `model.path = path`: what `strata-rt generate --model X` runs without a
-    /// config file.
+    /// The defaults with `model.path = path` and the overrides in `env` (as
+    /// [`Config::from_toml_str`]; pass [`Config::process_env`]), validated: what `strata-rt
+    /// generate --model X` and `bench --model X` run without a config file. A path that is not
+    /// UTF-8 is taken lossily (the callers set the exact path afterwards).
+    ///
+    /// # Errors
+    /// An override names no key, has a value of the wrong type, or makes the configuration
+    /// invalid.
+    pub fn with_model(path: &Path, env: &[(String, String)]) -> Result<Config, ConfigError> {
+        let quoted = toml::Value::String(path.to_string_lossy().into_owned()).to_string();
+        Self::from_toml_str(&format!("[model]\npath = {quoted}\n"), "--model", env)
+    }
+
+    /// The defaults with `model.path = path`, nothing else applied (see [`Config::with_model`]
+    /// for the defaults with the environment's overrides).
     pub fn default_with_model(path: PathBuf) -> Config {
         Config {
             model: ModelConfig::new(path),

@@ -218,6 +218,20 @@ fn model_alone_gives_the_defaults() {
     assert_eq!(c, Config::default_with_model(PathBuf::from("m.gguf")));
 }
 
+/// `--model X` without a config file: the defaults, the path as given (quotes and backslashes
+/// too), and the environment's overrides, which used to be ignored there.
+#[test]
+fn model_flag_alone_takes_the_environment() {
+    let path = PathBuf::from(r#"models/a "quoted" \ name.gguf"#);
+    assert_eq!(Config::with_model(&path, &[]).unwrap(), Config::default_with_model(path.clone()));
+    let env = vec![("STRATA_DEVICES__CPU_PRODUCTS".to_string(), "interleaved".to_string()), ("STRATA_MODEL__THREADS".to_string(), "3".to_string())];
+    let c = Config::with_model(&path, &env).unwrap();
+    assert_eq!((c.devices.cpu_products, c.model.threads, c.model.path.clone()), (CpuProducts::Interleaved, 3, path.clone()));
+    let bad = vec![("STRATA_MODEL__THREADS".to_string(), "many".to_string())];
+    let err = Config::with_model(&path, &bad).unwrap_err().to_string();
+    assert!(err.contains("STRATA_MODEL__THREADS"), "{err}");
+}
+
 #[test]
 fn effective_config_round_trips() {
     for text in [DEV, PROD] {

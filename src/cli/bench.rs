@@ -158,7 +158,7 @@ fn measure_matrix_rate(ty: GgmlType, threads: usize) -> Result<f64> {
 pub fn run(config_path: Option<&Path>, args: BenchArgs) -> Result<ExitCode> {
     let mut config = match (config_path, &args.model) {
         (Some(p), _) => Config::load(p)?,
-        (None, Some(m)) => Config::default_with_model(m.clone()),
+        (None, Some(m)) => Config::with_model(m, &Config::process_env())?,
         (None, None) => anyhow::bail!("give --config FILE or --model FILE.gguf"),
     };
     if let Some(m) = &args.model {

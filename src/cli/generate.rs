@@ -51,7 +51,7 @@ pub fn run(config_path: Option<&Path>, args: GenerateArgs) -> Result<ExitCode> {
         Some(p) => Config::load(p)?,
         None => {
             let model = args.model.clone().context("give --config FILE or --model FILE.gguf")?;
-            Config::default_with_model(model)
+            Config::with_model(&model, &Config::process_env())?
         }
     };
     if let Some(m) = &args.model {
