@@ -99,17 +99,25 @@ impl Config {
         Parsed::new(text, source_name, env).map(|p| p.config)
     }
 
-    /// The defaults with `model.path = path` and the overrides in `env` (as
-    /// [`Config::from_toml_str`]; pass [`Config::process_env`]), validated: what `strata-rt
-    /// generate --model X` and `bench --model X` run without a config file. A path that is not
-    /// UTF-8 is taken lossily (the callers set the exact path afterwards).
+    /// The defaults with `model.path = path` and the overrides in `env` (pass
+    /// [`Config::process_env`]), validated: what `strata-rt generate --model X` and `bench
+    /// --model X` run without a config file. Only names of an override's shape
+    /// (`STRATA_<SECTION>__<KEY>`) are looked at: the developer switches read by the devices
+    /// (`STRATA_VULKAN_EXACT`, `STRATA_MATVEC_ROWS`, ...) are used with `bench --model` and are
+    /// left to the code that reads them. A path that is not UTF-8 is taken lossily (the callers
+    /// set the exact path afterwards).
     ///
     /// # Errors
     /// An override names no key, has a value of the wrong type, or makes the configuration
     /// invalid.
     pub fn with_model(path: &Path, env: &[(String, String)]) -> Result<Config, ConfigError> {
+        let overrides: Vec<(String, String)> = env
+            .iter()
+            .filter(|(k, _)| k.strip_prefix(ENV_PREFIX).is_some_and(|rest| rest.contains("__")))
+            .cloned()
+            .collect();
         let quoted = toml::Value::String(path.to_string_lossy().into_owned()).to_string();
-        Self::from_toml_str(&format!("[model]\npath = {quoted}\n"), "--model", env)
+        Self::from_toml_str(&format!("[model]\npath = {quoted}\n"), "--model", &overrides)
     }
 
     /// The defaults with `model.path = path`, nothing else applied (see [`Config::with_model`]

@@ -224,7 +224,12 @@ fn model_alone_gives_the_defaults() {
 fn model_flag_alone_takes_the_environment() {
     let path = PathBuf::from(r#"models/a "quoted" \ name.gguf"#);
     assert_eq!(Config::with_model(&path, &[]).unwrap(), Config::default_with_model(path.clone()));
-    let env = vec![("STRATA_DEVICES__CPU_PRODUCTS".to_string(), "interleaved".to_string()), ("STRATA_MODEL__THREADS".to_string(), "3".to_string())];
+    // A device's developer switch (no `__`) is not a config override and is left alone.
+    let env = vec![
+        ("STRATA_DEVICES__CPU_PRODUCTS".to_string(), "interleaved".to_string()),
+        ("STRATA_MODEL__THREADS".to_string(), "3".to_string()),
+        ("STRATA_VULKAN_EXACT".to_string(), "1".to_string()),
+    ];
     let c = Config::with_model(&path, &env).unwrap();
     assert_eq!((c.devices.cpu_products, c.model.threads, c.model.path.clone()), (CpuProducts::Interleaved, 3, path.clone()));
     let bad = vec![("STRATA_MODEL__THREADS".to_string(), "many".to_string())];
