@@ -6,7 +6,7 @@
 // Micro-tiles index their register arrays by (row, token); iterators would obscure them.
 #![allow(clippy::needless_range_loop)]
 
-use crate::avx2::hsum as hsum_float_8;
+use crate::avx2::store_lane_sums;
 use crate::pack::{drive, drive_tiles, drive_with, side_stride, ActPack, Tile, TT8};
 use crate::reference::{get_scale_min_k4, QK_K};
 use crate::GgmlType;
@@ -219,73 +219,6 @@ unsafe fn load_w32<const W: u8>(row: *const u8, b: usize) -> __m256i {
         let (bb, qo) = if W == Q41 { (20, 4) } else { (18, 2) };
         let q = _mm256_broadcastsi128_si256(_mm_loadu_si128(row.add(b * bb + qo) as *const __m128i));
         _mm256_and_si256(_mm256_srlv_epi64(q, _mm256_set_epi64x(4, 4, 0, 0)), _mm256_set1_epi8(0x0f))
-    }
-}
-
-/// `hsum_float_8` of eight vectors at once: lane `i` of the result is `hsum_float_8(v[i])`, bit
-/// for bit. The same tree (the two 128-bit halves added, then lanes 0 + 2 and 1 + 3, then those
-/// two), each level for all eight vectors in a few shuffles and one add, where one by one costs
-/// six instructions a vector.
-#[inline]
-#[target_feature(enable = "avx2")]
-unsafe fn hsum8_of_8(v: &[__m256; 8]) -> __m256 {
-    // [halves' sum of v[i] | halves' sum of v[i + 1]]: s_i = [a0+a4, a1+a5, a2+a6, a3+a7].
-    let halves = |i: usize| _mm256_add_ps(_mm256_permute2f128_ps::<0x20>(v[i], v[i + 1]), _mm256_permute2f128_ps::<0x31>(v[i], v[i + 1]));
-    let (s01, s23, s45, s67) = (halves(0), halves(2), halves(4), halves(6));
-    // [p_i, q_i, p_j, q_j | ...] with p = s[0] + s[2], q = s[1] + s[3].
-    let pq = |a: __m256, b: __m256| _mm256_add_ps(_mm256_shuffle_ps::<0b01_00_01_00>(a, b), _mm256_shuffle_ps::<0b11_10_11_10>(a, b));
-    let (x, y) = (pq(s01, s23), pq(s45, s67));
-    // x = [p0 q0 p2 q2 | p1 q1 p3 q3], y the same for 4..8: p + q in lanes [0 2 4 6 | 1 3 5 7].
-    let sums = _mm256_add_ps(_mm256_shuffle_ps::<0b10_00_10_00>(x, y), _mm256_shuffle_ps::<0b11_01_11_01>(x, y));
-    _mm256_permutevar8x32_ps(sums, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7))
-}
-
-/// Writes `hsum_float_8(acc[r][t])` (plus `extra(r, t)` with `ADD`) to `out[t * ostride + r]`
-/// for every (row, token) of an R x T tile, bit for bit as one at a time, eight (row, token)
-/// sums a [`hsum8_of_8`] in token-major order, so that two or four rows' results of a token are
-/// adjacent and stored together.
-/// # Safety
-/// The CPU must have AVX2; `out` must be valid for those writes.
-#[inline(always)]
-unsafe fn store_lane_sums<const R: usize, const T: usize, const ADD: bool>(acc: &[[__m256; T]; R], out: *mut f32, ostride: usize, extra: impl Fn(usize, usize) -> f32) {
-    let at = |k: usize| (k / R, k % R);
-    let mut k0 = 0;
-    while k0 + 8 <= R * T {
-        let mut sums = hsum8_of_8(&std::array::from_fn(|j| {
-            let (t, r) = at(k0 + j);
-            acc[r][t]
-        }));
-        if ADD {
-            let e: [f32; 8] = std::array::from_fn(|j| {
-                let (t, r) = at(k0 + j);
-                extra(r, t)
-            });
-            sums = _mm256_add_ps(sums, _mm256_loadu_ps(e.as_ptr()));
-        }
-        let t0 = k0 / R;
-        let (lo, hi) = (_mm256_castps256_ps128(sums), _mm256_extractf128_ps::<1>(sums));
-        if R == 4 {
-            _mm_storeu_ps(out.add(t0 * ostride), lo);
-            _mm_storeu_ps(out.add((t0 + 1) * ostride), hi);
-        } else if R == 2 {
-            for (i, half) in [lo, hi].into_iter().enumerate() {
-                _mm_storel_pd(out.add((t0 + 2 * i) * ostride) as *mut f64, _mm_castps_pd(half));
-                _mm_storeh_pd(out.add((t0 + 2 * i + 1) * ostride) as *mut f64, _mm_castps_pd(half));
-            }
-        } else {
-            let mut lanes = [0f32; 8];
-            _mm256_storeu_ps(lanes.as_mut_ptr(), sums);
-            for (j, x) in lanes.into_iter().enumerate() {
-                let (t, r) = at(k0 + j);
-                *out.add(t * ostride + r) = x;
-            }
-        }
-        k0 += 8;
-    }
-    for k in k0..R * T {
-        let (t, r) = at(k);
-        let x = hsum_float_8(acc[r][t]);
-        *out.add(t * ostride + r) = if ADD { x + extra(r, t) } else { x };
     }
 }
 
