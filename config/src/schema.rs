@@ -220,9 +220,10 @@ pub struct DevicesConfig {
 #[serde(rename_all = "lowercase")]
 pub enum CpuProducts {
     /// Eight blocks a SIMD lane, weights repacked at load: the products do about a third fewer
-    /// floating-point operations. Results differ from llama.cpp's in the last bits, which on
-    /// the default model moves top-1 agreement with llama.cpp to 97.2% (as any other summation
-    /// order does). Only on CPUs with AVX-512 VNNI; elsewhere the same as `ggml`.
+    /// floating-point operations; attention's value product adds the positions in turn (no
+    /// ggml partial sums). Results differ from llama.cpp's in the last bits, which on the
+    /// default model moves top-1 agreement with llama.cpp to 96.8% (as any other summation
+    /// order does). The products' order only on CPUs with AVX-512 VNNI; elsewhere as `ggml`.
     Interleaved,
     /// llama.cpp's order: the CPU device's logits are llama.cpp's, bit for bit.
     Ggml,
