@@ -20,6 +20,8 @@ const INT_ROWS: &[u32] = &[1, 2, 4, 8];
 const ROUNDING_BUILDS: &[(&str, &[&str])] = &[("", &[]), ("_f64", &["F64"]), ("_f64fma", &["F64", "FMA_F64"])];
 const EXACT_TYPES: &[&str] = &["Q4_0", "Q4_1", "Q8_0", "Q4_K"];
 const EXACT_BUILDS: &[(u32, u32)] = &[(1, 1), (1, 2), (1, 4), (1, 8), (4, 1), (4, 2)];
+/// matmul_q.comp's tile shapes: (file suffix, defines).
+const GEMM_TILES: &[(&str, &[&str])] = &[("", &["KI=4", "PREFETCH"]), ("_k2", &["KI=2"]), ("_k4", &["KI=4"]), ("_n8", &["KI=2", "TN=8"])];
 const PLAIN: &[&str] = &["rms_norm", "store_kv", "attention", "attention_decode", "attention_combine", "swiglu", "add", "select_rows", "read_bandwidth", "prefetch_l2"];
 
 fn main() {
@@ -79,6 +81,15 @@ fn main() {
             }
             build(&format!("matvec_swiglu_{ty}_f32"), &[&t, "NT=1", "ROWS=2", "SWIGLU_PAIR", "ACT_Q8_0", "NO_TICKET"]);
             build(&format!("matvec_swiglu_{ty}_f32_p2"), &[&t, "NT=1", "ROWS=4", "PAIRS=2", "SWIGLU_PAIR", "ACT_Q8_0", "NO_TICKET"]);
+        }
+    }
+    // The integer tiled product of prefill chunks (matmul_q.comp), in each tile shape
+    // (kernels.rs, GemmTile): (file suffix, defines).
+    for ty in INT_TYPES {
+        let t = format!("TYPE_{ty}");
+        for (suffix, defines) in GEMM_TILES {
+            let d: Vec<&str> = [t.as_str()].into_iter().chain(defines.iter().copied()).collect();
+            compile_with(&glslc, "matmul_q", &format!("matmul_q_{}{suffix}", ty.to_lowercase()), &d, &out);
         }
     }
     for ty in EXACT_TYPES {

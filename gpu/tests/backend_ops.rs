@@ -102,7 +102,7 @@ fn matmul_every_type_every_token_count() {
         let cols = if ty.block_elems() == 256 { 768 } else { 128 };
         let rows = 67;
         let (wq, wd) = quantized(ty, &random(&mut rng, rows * cols, 1.0), cols);
-        for n in [1usize, 3, 5, 8, 13, 70] {
+        for n in [1usize, 3, 5, 8, 13, 70, 130] {
             let x = random(&mut rng, n * cols, 1.0);
             let want = reference_product(&wd, &x, rows, cols, n);
             for b in backends.iter_mut() {
@@ -136,7 +136,7 @@ fn vulkan_products_equal_the_cpu_products() {
             // not be correctly rounded). Q4_1's offset term uses Q8_1's block sum rounded to f16,
             // which the f32 kernels (13 tokens, or no integer dot products) do not round: 5e-7.
             let bound = if ty == GgmlType::Q4_1 { 2e-6 } else { 1e-8 };
-            for n in [1usize, 2, 4, 5, 8, 13] {
+            for n in [1usize, 2, 4, 5, 8, 13, 40, 70] {
                 let x = random(&mut rng, n * cols, 1.0);
                 let cpu = scalar.matmul(ty, &wq, rows, cols, &x, n).expect("cpu matmul");
                 let want: Vec<f64> = cpu.iter().map(|&v| v as f64).collect();

@@ -189,8 +189,13 @@ pub fn run(config_path: Option<&Path>, args: BenchArgs) -> Result<ExitCode> {
     let vocab = model.hparams.vocab_size as u64;
     let mut rng = Rng::new(42);
     let mut random_tokens = |n: usize| (0..n).map(|_| (rng.next_u64() % vocab) as u32).collect::<Vec<_>>();
-    // Warm-up: page the weights in and settle the threads.
+    // Warm-up: page the weights in, settle the threads, and let a device build the kernels of
+    // both step sizes (a GPU driver compiles a pipeline on its first use: the H200's first pp2048
+    // of a new build ran at a third of its speed).
     engine.bench(&random_tokens(8), 4).context("warm-up")?;
+    if let Some(&longest_prompt) = args.prompt.iter().max().filter(|&&p| p > 8) {
+        engine.bench(&random_tokens(longest_prompt.min(config.batching.ubatch)), 0).context("warm-up")?;
+    }
     let mut rows = Vec::new();
     for &p in &args.prompt {
         let mut rates = Vec::new();

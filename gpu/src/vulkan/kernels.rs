@@ -62,6 +62,9 @@ pub enum Kernel {
     MatVecExact { format: WeightFormat, nt: u8, unroll: u8 },
     /// Tiled matrix product for many tokens (prefill).
     MatMul(WeightFormat),
+    /// Tiled product of 8-bit activation records by integer dot products for many tokens
+    /// (prefill chunks; quantized weight formats only), in a tile shape.
+    MatMulInt(WeightFormat, GemmTile),
     /// Embedding-row gather.
     Embed(WeightFormat),
     RmsNorm,
@@ -118,6 +121,34 @@ impl ActRounding {
         }
     }
 
+}
+
+/// matmul_q.comp's builds (256 invocations, 64 rows a workgroup): 32-element items loaded per
+/// step between two barriers, tokens a workgroup, and whether the next step's loads are in
+/// flight while a step's products run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GemmTile {
+    /// 4 items a step, 64 tokens, the next step's loads in flight.
+    Items4Prefetch,
+    Items2,
+    Items4,
+    /// 2 items a step, 128 tokens.
+    Tokens128,
+}
+
+impl GemmTile {
+    /// Rows of the weight a workgroup owns.
+    pub fn rows(self) -> usize {
+        64
+    }
+
+    /// Tokens a workgroup owns.
+    pub fn tokens(self) -> usize {
+        match self {
+            GemmTile::Tokens128 => 128,
+            _ => 64,
+        }
+    }
 }
 
 /// How matvec_q.comp lays out its 128-invocation workgroups: groups of 128, 64 or 32 lanes,
@@ -299,6 +330,10 @@ impl Kernel {
             Kernel::MatVecExact { format: f, unroll: 1, .. } => per_exact_format!(f, "matvec_exact_t4_u1", v.fma_via_f64()),
             Kernel::MatVecExact { format: f, .. } => per_exact_format!(f, "matvec_exact_t4_u2", v.fma_via_f64()),
             Kernel::MatMul(f) => per_format!(f, "matmul"),
+            Kernel::MatMulInt(f, GemmTile::Items4Prefetch) => per_int_format!(f, "matmul_q"),
+            Kernel::MatMulInt(f, GemmTile::Items2) => per_int_format!(f, "matmul_q", "_k2"),
+            Kernel::MatMulInt(f, GemmTile::Items4) => per_int_format!(f, "matmul_q", "_k4"),
+            Kernel::MatMulInt(f, GemmTile::Tokens128) => per_int_format!(f, "matmul_q", "_n8"),
             Kernel::Embed(f) => per_format!(f, "embed"),
             Kernel::RmsNorm => spv!("rms_norm"),
             Kernel::Rope => rounding!("rope", v),

@@ -14,7 +14,7 @@ use strata_model::RopeStyle;
 
 use super::context::VulkanContext;
 use super::conv::{self, GpuLayout};
-use super::kernels::{int_quantize_groups, ActRounding, Kernel, Pipelines, ProductLayout, Push, Recorder, WeightFormat};
+use super::kernels::{int_quantize_groups, ActRounding, GemmTile, Kernel, Pipelines, ProductLayout, Push, Recorder, WeightFormat};
 use super::memory::{Buffer, DeviceArena, MemoryKind, Slice, Timeline, Uploader, VulkanKvMemory};
 use super::vk_error;
 use crate::kv_memory::HostKvMemory;
@@ -71,7 +71,28 @@ const INT_MAX_TOKENS: usize = 32;
 /// Whether a product of `format` weights with `n_tokens` activation rows multiplies 8-bit
 /// activation quants by integer dot products (decode steps on a device that has them).
 pub(crate) fn uses_int_product(ctx: &VulkanContext, format: WeightFormat, n_tokens: usize) -> bool {
-    ctx.integer_dot_product && format.has_int_kernel() && n_tokens <= INT_MAX_TOKENS
+    ctx.integer_dot_product && format.has_int_kernel() && (n_tokens <= INT_MAX_TOKENS || int_gemm_tile().is_some())
+}
+
+/// Whether steps of `n_tokens` read their products' inputs as 8-bit records (every product of a
+/// quantized weight then takes an integer kernel).
+fn int_records(ctx: &VulkanContext, n_tokens: usize) -> bool {
+    ctx.integer_dot_product && (n_tokens <= INT_MAX_TOKENS || int_gemm_tile().is_some())
+}
+
+/// The build of the integer product for prefill chunks (matmul_q.comp), or `None` for the f32
+/// tiled kernel (matmul.comp, on activations rounded to f32): `STRATA_VULKAN_GEMM` = `off`,
+/// `k2` or `k4` (2 or 4 items a step, no loads ahead) or `n8` (128 tokens a workgroup), a tuning
+/// knob read once; by default 4 items a step with the next step's loads in flight.
+fn int_gemm_tile() -> Option<GemmTile> {
+    static TILE: std::sync::OnceLock<Option<GemmTile>> = std::sync::OnceLock::new();
+    *TILE.get_or_init(|| match std::env::var("STRATA_VULKAN_GEMM").as_deref() {
+        Ok("off") => None,
+        Ok("k2") => Some(GemmTile::Items2),
+        Ok("k4") => Some(GemmTile::Items4),
+        Ok("n8") => Some(GemmTile::Tokens128),
+        _ => Some(GemmTile::Items4Prefetch),
+    })
 }
 
 /// The 8-bit activation record of one row of `cols` activations (quantize_act.comp, INT_OUT):
@@ -122,7 +143,11 @@ fn exact_unroll(lanes_total: usize, n_tokens: usize) -> u8 {
 /// In the exact mode ([`VulkanContext::exact`]) the formats that have it take matvec_exact.comp
 /// (the CPU's lane order), others matvec_q.comp.
 pub(crate) fn int_product_dispatch(ctx: &VulkanContext, format: WeightFormat, rows: usize, cols: usize, n_tokens: usize) -> (Kernel, [u32; 3]) {
-    if format.has_exact_kernel() && ctx.exact {
+    if n_tokens > INT_MAX_TOKENS {
+        // Prefill chunks: the tiled kernel (`uses_int_product` asks for it only with a tile).
+        let tile = int_gemm_tile().unwrap_or(GemmTile::Items4Prefetch);
+        (Kernel::MatMulInt(format, tile), [rows.div_ceil(tile.rows()) as u32, n_tokens.div_ceil(tile.tokens()) as u32, 1])
+    } else if format.has_exact_kernel() && ctx.exact {
         // 128 invocations per workgroup, 16 (Q4_K) or 8 lanes per row (matvec_exact.comp).
         let lanes = if format == WeightFormat::Q4_K { 16 } else { 8 };
         let nt = if n_tokens == 1 { 1 } else { 4 };
@@ -732,7 +757,7 @@ impl VulkanPlan {
                     let rows_in = rows_of(graph, *input);
                     let cols = graph.buffer(*input).width;
                     let x_stride = cols as u32;
-                    let int = ctx.integer_dot_product && rows_in <= INT_MAX_TOKENS;
+                    let int = int_records(ctx, rows_in);
                     let (record_bytes, meta_offset) = int_act_record(cols);
                     // Round the input once per rounding its projections need, as the CPU does.
                     let mut roundings: Vec<ActRounding> = outputs.iter().filter_map(|p| weights[p.weight.0 as usize].and_then(|w| ActRounding::for_format(w.layout.format))).collect();
