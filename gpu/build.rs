@@ -63,6 +63,10 @@ fn main() {
         for rows in INT_ROWS {
             compile_with(&glslc, "matvec_q", &format!("matvec_q1_r{rows}_{ty}"), &[&t, "NT=1", &format!("ROWS={rows}")], &out);
         }
+        // Two items in flight per lane, 128 lanes a row (long rows: a 7B down projection).
+        for rows in [2, 4] {
+            compile_with(&glslc, "matvec_q", &format!("matvec_q1_r{rows}_{ty}_u2"), &[&t, "NT=1", &format!("ROWS={rows}"), "UNROLL2"], &out);
+        }
         // Each layout (kernels.rs, ProductLayout) of every product kernel; 128 lanes a row
         // (one group) carries no suffix.
         for (suffix, groups) in PRODUCT_LAYOUTS {

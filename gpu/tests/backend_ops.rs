@@ -160,7 +160,9 @@ fn vulkan_integer_products_do_not_depend_on_the_batch() {
     let mut vk = VulkanOps::new(&ctx).expect("ops");
     let mut rng = rand::rngs::StdRng::seed_from_u64(34);
     for ty in [GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K] {
-        let widths = if ty.block_elems() == 256 { [256 * 14, 256 * 19] } else { [32 * 100, 32 * 300] };
+        // (The last: more than four blocks a lane at 128 lanes a row, where the order of a lane's
+        // additions shows.)
+        let widths = if ty.block_elems() == 256 { [256 * 14, 256 * 19, 256 * 74] } else { [32 * 100, 32 * 300, 32 * 601] };
         for cols in widths {
             let rows = 21;
             let (wq, _) = quantized(ty, &random(&mut rng, rows * cols, 1.0), cols);

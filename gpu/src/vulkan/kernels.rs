@@ -43,6 +43,9 @@ pub enum Kernel {
     /// this many rows per lane group (1, 2, 4 or 8; other than 2 with
     /// [`ProductLayout::Lanes128`] only). Quantized weight formats only.
     MatVecInt1(WeightFormat, u8, ProductLayout),
+    /// MatVecInt1 with 128 lanes a row (2 or 4 rows a workgroup) that loads two of a lane's
+    /// items at once: the same bits.
+    MatVecInt1Unrolled(WeightFormat, u8),
     /// The same for up to four tokens per pass (batched decode).
     MatVecInt(WeightFormat, ProductLayout),
     /// MatVecInt1 for one of a layer's Q, K and V projections with RoPE and the K/V store in its
@@ -316,6 +319,8 @@ impl Kernel {
             Kernel::MatVecInt1(f, 8, _) => per_int_format!(f, "matvec_q1_r8"),
             Kernel::MatVecInt1(f, _, l) => per_layout!(f, l, "matvec_q1_r2", ""),
             Kernel::MatVecInt(f, l) => per_layout!(f, l, "matvec_q4", ""),
+            Kernel::MatVecInt1Unrolled(f, 2) => per_int_format!(f, "matvec_q1_r2", "_u2"),
+            Kernel::MatVecInt1Unrolled(f, _) => per_int_format!(f, "matvec_q1_r4", "_u2"),
             Kernel::MatVecIntRope(f, l) => per_layout!(f, l, "matvec_qkv", ""),
             Kernel::MatVecIntSwiGlu(f, ActRounding::Q8_0, l) => per_layout!(f, l, "matvec_swiglu", "_q8_0"),
             Kernel::MatVecIntSwiGlu(f, ActRounding::Q8_K, l) => per_layout!(f, l, "matvec_swiglu", "_q8_k"),

@@ -128,6 +128,15 @@ fn one_token_rows(format: WeightFormat, layout: ProductLayout) -> u8 {
     int_rows_knob().unwrap_or(if format == WeightFormat::Q4_K && layout == ProductLayout::Lanes128 { 4 } else { 2 })
 }
 
+/// Whether the one-token product of long rows (128 lanes a row) loads two of a lane's items at
+/// once: yes unless `STRATA_MATVEC_UNROLL_LONG=0`, a tuning knob read once (the same bits either
+/// way). 7B Q4_K's down projection on the H200: 475 -> 443 us a token (its 896 workgroups are
+/// one wave, so the extra registers cost no occupancy); with 2 rows a workgroup, 470.
+fn unroll_long_rows() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("STRATA_MATVEC_UNROLL_LONG").as_deref() != Ok("0"))
+}
+
 /// Blocks each lane of matvec_exact.comp loads ahead: `STRATA_MATVEC_UNROLL` (1, 2, 4 or 8) if
 /// set, else more where few lanes share the product (long rows, few of them: each lane must
 /// keep many loads in flight).
@@ -159,7 +168,11 @@ pub(crate) fn int_product_dispatch(ctx: &VulkanContext, format: WeightFormat, ro
     } else {
         let layout = product_layout(ctx, cols);
         let per_group = one_token_rows(format, layout);
-        (Kernel::MatVecInt1(format, per_group, layout), [rows.div_ceil(per_group as usize * layout.groups()) as u32, 1, 1])
+        let groups = [rows.div_ceil(per_group as usize * layout.groups()) as u32, 1, 1];
+        if layout == ProductLayout::Lanes128 && matches!(per_group, 2 | 4) && unroll_long_rows() {
+            return (Kernel::MatVecInt1Unrolled(format, per_group), groups);
+        }
+        (Kernel::MatVecInt1(format, per_group, layout), groups)
     }
 }
 

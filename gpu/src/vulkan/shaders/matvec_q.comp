@@ -210,6 +210,47 @@ void main() {
             }
         }
     }
+#elif defined(UNROLL2)
+#if NT != 1 || defined(QKV_ROPE) || defined(SWIGLU_PAIR)
+#error "UNROLL2 builds are the plain one-token kernel"
+#endif
+    // Two of the lane's items loaded at once (twice the bytes in flight for the rows' few
+    // workgroups of a long-row product), added in the same order as below: the same bits.
+    uint64_t rec = pc.x + uint64_t(min(t0, n_tokens - 1)) * x_stride;
+    uint item = lane;
+    for (; item + TPR < n_items; item += 2 * TPR) {
+        uint xa[8];
+        uint xb[8];
+        uvec2 ma;
+        uvec2 mb;
+        load_x(rec, pc.meta_offset, item, xa, ma);
+        load_x(rec, pc.meta_offset, item + TPR, xb, mb);
+        [[unroll]] for (uint r = 0; r < ROWS; r++) {
+            uint row = min(row0 + r, pc.rows - 1);
+            uint wa[8];
+            uint wb[8];
+            vec2 sa;
+            vec2 sb;
+            ivec4 ca;
+            ivec4 cb;
+            load_w(W_OF(r), AUX_OF(r), pc.cols, row, item, wa, sa, ca);
+            load_w(W_OF(r), AUX_OF(r), pc.cols, row, item + TPR, wb, sb, cb);
+            acc[r][0] += item_dot(wa, sa, ca, xa, ma);
+            acc[r][0] += item_dot(wb, sb, cb, xb, mb);
+        }
+    }
+    if (item < n_items) {
+        uint xa[8];
+        uvec2 ma;
+        load_x(rec, pc.meta_offset, item, xa, ma);
+        [[unroll]] for (uint r = 0; r < ROWS; r++) {
+            uint wa[8];
+            vec2 sa;
+            ivec4 ca;
+            load_w(W_OF(r), AUX_OF(r), pc.cols, min(row0 + r, pc.rows - 1), item, wa, sa, ca);
+            acc[r][0] += item_dot(wa, sa, ca, xa, ma);
+        }
+    }
 #else
     for (uint item = lane; item < n_items; item += TPR) {
         uint xq[NT][8];
