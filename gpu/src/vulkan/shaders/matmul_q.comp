@@ -4,12 +4,14 @@
 // integer dot products, item by item (matvec_q_items.glsl: one 32-element block of a row): the
 // same exact integer block sums as the decode kernels and the CPU, scaled in f32.
 //
-// A workgroup owns BM rows x BN tokens. Each step, all its invocations load KI items of every one
-// of its rows and tokens into shared memory (one item each, neighbours taking neighbouring items
-// of a row or record), then each invocation multiplies TM rows by TN tokens from there: rows
-// tr + 16i and tokens tt + 16j, so that a subgroup reads 16 neighbouring rows' words (no bank
-// conflicts) and broadcasts its two tokens' words. A (row, token)'s sum runs over the items in
-// order, so it depends on neither the chunk's other tokens nor its tile.
+// A workgroup owns BM rows x BN tokens. Each step, its invocations put KI items of every one of
+// its rows and tokens into shared memory (neighbours taking neighbouring items of a row or
+// record), then each invocation multiplies TM rows by TN tokens from there: rows tr + 16i and
+// tokens tt + 16j, so that a subgroup reads 16 neighbouring rows' words (no bank conflicts) and
+// broadcasts its two tokens' words. PREFETCH builds (the default: KI 4, 64 x 64) hold the next
+// step's row item and token item in each invocation's registers while a step's products run;
+// the others load a step's items after its first barrier. A (row, token)'s sum runs over the
+// items in order, so it depends on neither the chunk's other tokens nor its tile.
 #include "common.glsl"
 #extension GL_EXT_spirv_intrinsics : require
 
