@@ -61,15 +61,16 @@ fn matvec_kernel(ctx: &VulkanContext, format: WeightFormat, n_tokens: usize) -> 
 }
 /// Tokens per matrix-vector pass.
 const MATVEC_TOKENS_PER_GROUP: usize = 4;
-/// Steps of at most this many tokens multiply quantized weights by the integer kernels (which
-/// read the weights once per four tokens; at 32 tokens that still beats the tiled f32 kernel
-/// several times over: 7B Q4_0 batched decode of 32 sequences ran at 270 t/s through it), run
-/// attention one workgroup per query head, and fuse the activation quantization into the ops
-/// before the products. Above it (prefill chunks), the tiled kernels.
+/// Steps of at most this many tokens multiply quantized weights by the integer matrix-vector
+/// kernels (which read the weights once per four tokens, and give a token the same bits whatever
+/// else is in its step), run attention one workgroup per query head, and fuse the activation
+/// quantization into the ops before the products. Above it (prefill chunks), the tiled kernels:
+/// the integer one (matmul_q.comp) unless `STRATA_VULKAN_GEMM=off`.
 const INT_MAX_TOKENS: usize = 32;
 
 /// Whether a product of `format` weights with `n_tokens` activation rows multiplies 8-bit
-/// activation quants by integer dot products (decode steps on a device that has them).
+/// activation quants by integer dot products (on a device that has them: decode steps, and
+/// prefill chunks unless `STRATA_VULKAN_GEMM=off`).
 pub(crate) fn uses_int_product(ctx: &VulkanContext, format: WeightFormat, n_tokens: usize) -> bool {
     ctx.integer_dot_product && format.has_int_kernel() && (n_tokens <= INT_MAX_TOKENS || int_gemm_tile().is_some())
 }
