@@ -72,7 +72,7 @@ const INT_MAX_TOKENS: usize = 32;
 /// activation quants by integer dot products (on a device that has them: decode steps, and
 /// prefill chunks unless `STRATA_VULKAN_GEMM=off`).
 pub(crate) fn uses_int_product(ctx: &VulkanContext, format: WeightFormat, n_tokens: usize) -> bool {
-    ctx.integer_dot_product && format.has_int_kernel() && (n_tokens <= INT_MAX_TOKENS || int_gemm_tile().is_some())
+    format.has_int_kernel() && int_records(ctx, n_tokens)
 }
 
 /// Whether steps of `n_tokens` read their products' inputs as 8-bit records (every product of a

@@ -68,6 +68,22 @@ shared ivec4 w_sub_scales[KI][BM];
 shared uvec4 x_quants[KI][2][BN];
 shared uvec2 x_meta[KI][BN];
 
+// Item k of the step, of row `at` (of the workgroup's) and of token `at`, into shared memory.
+void put_row_item(uint k, uint at, uint wq[8], vec2 ws, ivec4 wsc) {
+    w_quants[k][0][at] = uvec4(wq[0], wq[1], wq[2], wq[3]);
+    w_quants[k][1][at] = uvec4(wq[4], wq[5], wq[6], wq[7]);
+    w_scales[k][at] = ws;
+#if defined(TYPE_Q6_K)
+    w_sub_scales[k][at] = wsc;
+#endif
+}
+
+void put_token_item(uint k, uint at, uint xq[8], uvec2 meta) {
+    x_quants[k][0][at] = uvec4(xq[0], xq[1], xq[2], xq[3]);
+    x_quants[k][1][at] = uvec4(xq[4], xq[5], xq[6], xq[7]);
+    x_meta[k][at] = meta;
+}
+
 void main() {
     uint tid = gl_LocalInvocationID.x;
     uint row0 = gl_WorkGroupID.x * BM;
@@ -104,15 +120,8 @@ void main() {
     for (uint first = 0; first < n_items; first += KI) {
 #if defined(PREFETCH)
         if (first + pk < n_items) {
-            w_quants[pk][0][pat] = uvec4(pwq[0], pwq[1], pwq[2], pwq[3]);
-            w_quants[pk][1][pat] = uvec4(pwq[4], pwq[5], pwq[6], pwq[7]);
-            w_scales[pk][pat] = pws;
-#if defined(TYPE_Q6_K)
-            w_sub_scales[pk][pat] = pwsc;
-#endif
-            x_quants[pk][0][pat] = uvec4(pxq[0], pxq[1], pxq[2], pxq[3]);
-            x_quants[pk][1][pat] = uvec4(pxq[4], pxq[5], pxq[6], pxq[7]);
-            x_meta[pk][pat] = pmeta;
+            put_row_item(pk, pat, pwq, pws, pwsc);
+            put_token_item(pk, pat, pxq, pmeta);
         }
         barrier();
         uint next = first + KI + pk;
@@ -135,20 +144,13 @@ void main() {
                 vec2 ws;
                 ivec4 wsc;
                 load_w(pc.w, pc.aux, pc.cols, min(row0 + at, pc.rows - 1), item, wq, ws, wsc);
-                w_quants[k][0][at] = uvec4(wq[0], wq[1], wq[2], wq[3]);
-                w_quants[k][1][at] = uvec4(wq[4], wq[5], wq[6], wq[7]);
-                w_scales[k][at] = ws;
-#if defined(TYPE_Q6_K)
-                w_sub_scales[k][at] = wsc;
-#endif
+                put_row_item(k, at, wq, ws, wsc);
             } else {
                 uint t = at - BM;
                 uint xq[8];
                 uvec2 meta;
                 load_x(pc.x + uint64_t(min(tok0 + t, pc.n_tokens - 1)) * pc.x_stride, pc.meta_offset, item, xq, meta);
-                x_quants[k][0][t] = uvec4(xq[0], xq[1], xq[2], xq[3]);
-                x_quants[k][1][t] = uvec4(xq[4], xq[5], xq[6], xq[7]);
-                x_meta[k][t] = meta;
+                put_token_item(k, t, xq, meta);
             }
         }
         barrier();

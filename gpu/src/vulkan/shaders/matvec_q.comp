@@ -210,14 +210,16 @@ void main() {
             }
         }
     }
-#elif defined(UNROLL2)
+#else
+    uint item = lane;
+#if defined(UNROLL2)
 #if NT != 1 || defined(QKV_ROPE) || defined(SWIGLU_PAIR)
 #error "UNROLL2 builds are the plain one-token kernel"
 #endif
     // Two of the lane's items loaded at once (twice the bytes in flight for the rows' few
-    // workgroups of a long-row product), added in the same order as below: the same bits.
+    // workgroups of a long-row product), added in the same order as the loop below, which
+    // takes the last item if their count is odd: the same bits.
     uint64_t rec = pc.x + uint64_t(min(t0, n_tokens - 1)) * x_stride;
-    uint item = lane;
     for (; item + TPR < n_items; item += 2 * TPR) {
         uint xa[8];
         uint xb[8];
@@ -239,20 +241,8 @@ void main() {
             acc[r][0] += item_dot(wb, sb, cb, xb, mb);
         }
     }
-    if (item < n_items) {
-        uint xa[8];
-        uvec2 ma;
-        load_x(rec, pc.meta_offset, item, xa, ma);
-        [[unroll]] for (uint r = 0; r < ROWS; r++) {
-            uint wa[8];
-            vec2 sa;
-            ivec4 ca;
-            load_w(W_OF(r), AUX_OF(r), pc.cols, min(row0 + r, pc.rows - 1), item, wa, sa, ca);
-            acc[r][0] += item_dot(wa, sa, ca, xa, ma);
-        }
-    }
-#else
-    for (uint item = lane; item < n_items; item += TPR) {
+#endif
+    for (; item < n_items; item += TPR) {
         uint xq[NT][8];
         uvec2 meta[NT];
         [[unroll]] for (uint t = 0; t < NT; t++) {
