@@ -6,11 +6,7 @@
 # Usage: bench/h200_batched.sh BINARY OUTDIR TYPE VARIANT...
 #   VARIANT: as bench/h200_common.sh describes ("default", A=1,B=2, "@/tmp/old,A=1").
 # Environment: REPS (default 2), SHAPE (qwen2.5-7b), MODELS_DIR.
-set -uo pipefail
-bin=${1:?binary}; out=${2:?output folder}; ty=${3:?type}; shift 3
-variants=("$@"); [ ${#variants[@]} -gt 0 ] || variants=(default)
-mkdir -p "$out"
-source "$(dirname "$0")/h200_common.sh"
+source "$(dirname "$0")/h200_common.sh" "$@"
 tg() { awk -F'|' '/tg[0-9]/ {gsub(/ /,"",$2); gsub(/ /,"",$3); printf "%s %s  ", $2, $3}'; }
 {
   echo "== $shape $ty: decode t/s (one sequence at context 512; 8 and 32 sequences), variants interleaved"

@@ -8,11 +8,7 @@
 #   STRATA_VULKAN_GEMM=off).
 # Environment: REPS (default 2), SHAPE (qwen2.5-7b), MODELS_DIR, COMPARE and WHOLE (default 1;
 # 0 skips the agreement runs, the whole benchmark). A first untimed run warms the GPU up.
-set -uo pipefail
-bin=${1:?binary}; out=${2:?output folder}; ty=${3:?type}; shift 3
-variants=("$@"); [ ${#variants[@]} -gt 0 ] || variants=(default)
-mkdir -p "$out"
-source "$(dirname "$0")/h200_common.sh"
+source "$(dirname "$0")/h200_common.sh" "$@"
 pp() { awk -F'|' '/pp[0-9]/ {gsub(/ /,"",$3); printf "%s ", $3}'; }
 run "${variants[0]}" -p 512 -n 1 -r 1 > /dev/null
 {

@@ -8,11 +8,7 @@
 #   VARIANT: "default" (no setting) or settings joined by commas, e.g.
 #   STRATA_MATVEC_LAYOUT=g1u1 or STRATA_MATVEC_LAYOUT=g2u2,STRATA_ATTENTION_SPLIT=32
 # Environment: REPS (default 3), SHAPE (qwen2.5-7b), MODELS_DIR.
-set -uo pipefail
-bin=${1:?binary}; out=${2:?output folder}; ty=${3:?type}; shift 3
-variants=("$@"); [ ${#variants[@]} -gt 0 ] || variants=(default)
-mkdir -p "$out"
-source "$(dirname "$0")/h200_common.sh"
+source "$(dirname "$0")/h200_common.sh" "$@"
 tg() { awk -F'|' '/tg[0-9]/ {gsub(/ /,"",$3); printf "%s ", $3}'; }
 {
   echo "== $shape $ty: decode t/s at context 512 (tg128), variants interleaved"

@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use rand::{Rng, SeedableRng};
 use strata_gpu::backend_ops::{AttentionArgs, CpuOps, OpBackend};
+use strata_gpu::DeviceError;
 use strata_gpu::kv_memory::HostKvMemory;
 use strata_gpu::vulkan::{ops::VulkanOps, ContextOptions, VulkanContext};
 use strata_kv::{KvDtype, KvLayout, KvShape, LayoutParams};
@@ -394,6 +395,44 @@ fn attention_over_block_tables_and_zero_copy_import() {
             let got = b.attention(&kv, &args).expect("attention");
             let bound = if b.name() == "cpu" { 1e-5 } else { 1e-9 };
             assert!(nmse(&got, &want) < bound, "{} reads the arena in place after host writes", b.name());
+        }
+    }
+}
+
+/// The decode attentions (attention_decode.comp, a workgroup per query head; and for long
+/// contexts attention_decode_gqa.comp, a workgroup per KV head serving its group), each alone and
+/// one step split between them by context length, against the reference. Shapes: GQA 7:1 x 64,
+/// 3:1 x 128, 8:1 x 32 (the largest group), 2:1 x 256 (V slices longer than the GQA kernel's
+/// loads ahead).
+#[test]
+fn vulkan_decode_attention_kernels_match_the_reference() {
+    let Some(mut ops) = first_vulkan_ops() else { return };
+    let mut rng = rand::rngs::StdRng::seed_from_u64(12);
+    for (n_heads, n_kv_heads, hd) in [(14usize, 2usize, 64usize), (6, 2, 128), (16, 2, 32), (4, 2, 256)] {
+        let block = 16usize;
+        let kv = kv_arena(2, n_kv_heads as u32, hd as u32, 204 * 16, block as u32);
+        fill_kv(&kv, 1, n_kv_heads * hd, 204 * 16, &mut rng);
+        let t0: Vec<u32> = (0..40).map(|i| (i * 7 + 3) % 64).collect();
+        let t1: Vec<u32> = (0..20).map(|i| 63 - i).collect();
+        // A longer context: splits of more than one 64-position tile (the online softmax's
+        // rescaling between tiles; the GQA kernel's splits of 128 from 2049 positions), the last
+        // one partial.
+        let t2: Vec<u32> = (0..140).map(|i| 64 + (i * 37) % 140).collect();
+        let tables: Vec<&[u32]> = vec![&t0, &t1, &t2];
+        let positions = [0u32, 5, 16, 299, 639, 1, 319, 200, 2200];
+        let seq_of_token = [0u32, 0, 0, 0, 0, 1, 1, 1, 2];
+        let q = random(&mut rng, positions.len() * n_heads * hd, 1.0);
+        let args = AttentionArgs { layer: 1, q: &q, n_heads, n_kv_heads, head_dim: hd, positions: &positions, seq_of_token: &seq_of_token, block_tables: &tables, block_size: block, scale: 1.0 / (hd as f32).sqrt() };
+        let want = reference_attention(&kv, &args);
+        // Per query head only; the GQA kernel only; tokens of 300 positions and more to it.
+        for gqa_from in [u32::MAX, 0, 300] {
+            let got = match ops.decode_attention(&kv, &args, gqa_from) {
+                Err(DeviceError::Unsupported { .. }) if gqa_from != u32::MAX => continue,
+                r => r.expect("decode attention"),
+            };
+            let e = nmse(&got, &want);
+            eprintln!("decode attention {n_heads}/{n_kv_heads}x{hd}, GQA kernel from {gqa_from}: nmse {e:e}");
+            assert!(e < 1e-8, "decode attention {n_heads}/{n_kv_heads}x{hd}, GQA kernel from {gqa_from}: nmse {e:e}");
         }
     }
 }

@@ -49,6 +49,8 @@ pub struct DeviceInfo {
     pub integer_dot_product: bool,
     /// Whether shaders may use f64 arithmetic (`shaderFloat64`).
     pub shader_float64: bool,
+    /// Whether compute shaders may use subgroup quad operations.
+    pub subgroup_quads: bool,
 }
 
 impl DeviceInfo {
@@ -197,6 +199,7 @@ fn describe(instance: &ash::Instance, index: u32, pd: vk::PhysicalDevice) -> Res
         usable,
         integer_dot_product,
         shader_float64: core.shader_float64 == vk::TRUE,
+        subgroup_quads: quads,
     })
 }
 

@@ -78,6 +78,9 @@ pub enum Kernel {
     Attention,
     /// Attention for decode-sized steps: a workgroup per query head and split.
     AttentionDecode,
+    /// Attention for decode-sized steps over long contexts: a workgroup per KV head and split,
+    /// serving all its query heads at once.
+    AttentionDecodeGqa,
     AttentionCombine,
     /// AttentionDecode whose last workgroup per chunk of 256 outputs merges the splits and
     /// quantizes them for the output projection (AttentionCombineInt's bits, one stage less).
@@ -346,6 +349,7 @@ impl Kernel {
             Kernel::RopeStore => rounding!("rope_store", v),
             Kernel::Attention => spv!("attention"),
             Kernel::AttentionDecode => spv!("attention_decode"),
+            Kernel::AttentionDecodeGqa => spv!("attention_decode_gqa"),
             Kernel::AttentionCombine => spv!("attention_combine"),
             Kernel::AttentionExact => rounding!("attention_exact", v),
             Kernel::SwiGlu => spv!("swiglu"),

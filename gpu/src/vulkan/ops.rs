@@ -146,6 +146,85 @@ impl VulkanOps {
     }
 
     /// Where each imported chunk of `kv` came from (host pointers, for the zero-copy check).
+    /// Attention as a decode step runs it: attention_decode.comp for tokens shorter than
+    /// `gqa_from` positions, attention_decode_gqa.comp for the others (`u32::MAX`: none), then
+    /// the merge of the splits.
+    ///
+    /// # Errors
+    /// Device errors; [`DeviceError::Unsupported`] for the GQA kernel on a device without subgroup
+    /// quad operations.
+    pub fn decode_attention(&mut self, kv: &Arc<HostKvMemory>, a: &AttentionArgs<'_>, gqa_from: u32) -> Result<Vec<f32>, DeviceError> {
+        if gqa_from != u32::MAX && !self.ctx.info.subgroup_quads {
+            return Err(DeviceError::Unsupported { device: self.ctx.name(), what: "subgroup quad operations (attention_decode_gqa.comp)".into() });
+        }
+        self.run_attention(kv, a, Some(gqa_from))
+    }
+
+    /// attention.comp (`gqa_from` None) or the decode kernels, and the merge.
+    fn run_attention(&mut self, kv: &Arc<HostKvMemory>, a: &AttentionArgs<'_>, gqa_from: Option<u32>) -> Result<Vec<f32>, DeviceError> {
+        let n = a.positions.len();
+        let ctx = self.ctx.clone();
+        let (kc, vc, stride) = super::plan::kv_addresses(&ctx, self.imported(kv)?, a.layer)?;
+        let max_len = a.positions.iter().map(|&p| p as usize + 1).max().unwrap_or(1);
+        // Several splits even for short contexts, so the merge is exercised.
+        let n_splits = max_len.div_ceil(64).clamp(1, 16);
+        let split_len = max_len.div_ceil(n_splits);
+        // Tokens of the GQA decode kernel cut their context by its own rule.
+        let from = gqa_from.unwrap_or(u32::MAX);
+        let n_splits = a.positions.iter().filter(|&&p| u64::from(p) + 1 >= u64::from(from)).map(|&p| (p as usize + 1).div_ceil(super::plan::gqa_split_len(p as usize + 1, super::plan::gqa_splits()))).fold(n_splits, usize::max);
+        let long = a.positions.iter().filter(|&&p| u64::from(p) + 1 >= u64::from(gqa_from.unwrap_or(u32::MAX))).count();
+        let per_head_x = if long == n { 0 } else { a.n_heads as u32 };
+        let gqa_x = if long == 0 { 0 } else { a.n_kv_heads as u32 };
+        let header = [n_splits as u32, split_len as u32, super::plan::gqa_splits() as u32, 0, a.n_kv_heads as u32, n_splits as u32, n as u32, 0, per_head_x, n_splits as u32, n as u32, 0, gqa_x, n_splits as u32, n as u32, 0];
+        let mut offsets = Vec::new();
+        let mut flat = Vec::new();
+        for t in a.block_tables {
+            offsets.push(flat.len() as u32);
+            flat.extend_from_slice(t);
+        }
+        let hb = self.upload(&u32_bytes(&header))?;
+        let qb = self.upload(&conv::f32_bytes(a.q))?;
+        let pos = self.upload(&u32_bytes(a.positions))?;
+        let seq = self.upload(&u32_bytes(a.seq_of_token))?;
+        let off = self.upload(&u32_bytes(&offsets))?;
+        let tab = self.upload(&u32_bytes(&flat))?;
+        let qw = a.n_heads * a.head_dim;
+        let partial = self.output(n * a.n_heads * n_splits * (a.head_dim + 2))?;
+        let out = self.output(n * qw)?;
+        let push = Push::new()
+            .addr(qb.address())
+            .addr(partial.address())
+            .addr(kc)
+            .addr(vc)
+            .addr(pos.address())
+            .addr(seq.address())
+            .addr(off.address())
+            .addr(tab.address())
+            .addr(hb.address())
+            .u32(a.n_heads as u32)
+            .u32(a.n_kv_heads as u32)
+            .u32(a.head_dim as u32)
+            .u32(qw as u32)
+            .u32((stride / 2) as u32)
+            .u32(a.block_size as u32)
+            .f32(a.scale);
+        let combine = Push::new().addr(partial.address()).addr(out.address()).addr(hb.address()).u32(a.n_heads as u32).u32(a.head_dim as u32).u32(qw as u32);
+        let hbuf = hb.buffer;
+        self.run(|r| {
+            match gqa_from {
+                None => r.dispatch_indirect(Kernel::Attention, &push, hbuf, 16)?,
+                Some(from) => {
+                    let push = push.u32(from);
+                    r.dispatch_indirect(Kernel::AttentionDecode, &push, hbuf, 32)?;
+                    r.dispatch_indirect(Kernel::AttentionDecodeGqa, &push, hbuf, 48)?;
+                }
+            }
+            r.barrier();
+            r.dispatch(Kernel::AttentionCombine, &combine, [a.n_heads as u32, n as u32, 1])
+        })?;
+        Ok(Self::read(&out, n * qw))
+    }
+
     pub fn import_origins(&self, kv: &Arc<HostKvMemory>) -> Option<Vec<Origin>> {
         let key = kv.chunk_raw(0).map_or(0, |(p, _)| p as usize);
         self.imports.get(&key).map(|(_, m)| m.origins())
@@ -270,53 +349,6 @@ impl OpBackend for VulkanOps {
     }
 
     fn attention(&mut self, kv: &Arc<HostKvMemory>, a: &AttentionArgs<'_>) -> Result<Vec<f32>, DeviceError> {
-        let n = a.positions.len();
-        let ctx = self.ctx.clone();
-        let (kc, vc, stride) = super::plan::kv_addresses(&ctx, self.imported(kv)?, a.layer)?;
-        let max_len = a.positions.iter().map(|&p| p as usize + 1).max().unwrap_or(1);
-        // Several splits even for short contexts, so the merge is exercised.
-        let n_splits = max_len.div_ceil(64).clamp(1, 16);
-        let split_len = max_len.div_ceil(n_splits);
-        let header = [n_splits as u32, split_len as u32, 0, 0, a.n_kv_heads as u32, n_splits as u32, n as u32, 0];
-        let mut offsets = Vec::new();
-        let mut flat = Vec::new();
-        for t in a.block_tables {
-            offsets.push(flat.len() as u32);
-            flat.extend_from_slice(t);
-        }
-        let hb = self.upload(&u32_bytes(&header))?;
-        let qb = self.upload(&conv::f32_bytes(a.q))?;
-        let pos = self.upload(&u32_bytes(a.positions))?;
-        let seq = self.upload(&u32_bytes(a.seq_of_token))?;
-        let off = self.upload(&u32_bytes(&offsets))?;
-        let tab = self.upload(&u32_bytes(&flat))?;
-        let qw = a.n_heads * a.head_dim;
-        let partial = self.output(n * a.n_heads * n_splits * (a.head_dim + 2))?;
-        let out = self.output(n * qw)?;
-        let push = Push::new()
-            .addr(qb.address())
-            .addr(partial.address())
-            .addr(kc)
-            .addr(vc)
-            .addr(pos.address())
-            .addr(seq.address())
-            .addr(off.address())
-            .addr(tab.address())
-            .addr(hb.address())
-            .u32(a.n_heads as u32)
-            .u32(a.n_kv_heads as u32)
-            .u32(a.head_dim as u32)
-            .u32(qw as u32)
-            .u32((stride / 2) as u32)
-            .u32(a.block_size as u32)
-            .f32(a.scale);
-        let combine = Push::new().addr(partial.address()).addr(out.address()).addr(hb.address()).u32(a.n_heads as u32).u32(a.head_dim as u32).u32(qw as u32);
-        let hbuf = hb.buffer;
-        self.run(|r| {
-            r.dispatch_indirect(Kernel::Attention, &push, hbuf, 16)?;
-            r.barrier();
-            r.dispatch(Kernel::AttentionCombine, &combine, [a.n_heads as u32, n as u32, 1])
-        })?;
-        Ok(Self::read(&out, n * qw))
+        self.run_attention(kv, a, None)
     }
 }

@@ -264,6 +264,45 @@ const HEADER_WORDS: usize = 16;
 const HEADER_ATTENTION_ARGS: usize = 4;
 /// Where the step header holds the indirect dispatch of attention_decode.comp.
 const HEADER_ATTENTION_DECODE_ARGS: usize = 8;
+/// Where the step header holds the indirect dispatch of attention_decode_gqa.comp.
+const HEADER_ATTENTION_GQA_ARGS: usize = 12;
+
+/// The context length (positions) from which a decoded token's attention runs in
+/// attention_decode_gqa.comp (a workgroup per KV head: each K/V row read once for the group)
+/// instead of attention_decode.comp (a workgroup per query head: more workgroups for short
+/// contexts). `STRATA_ATTENTION_GQA_FROM`: a number of positions, or `off`. H200, 7B Q4_K decode
+/// (seven query heads a KV head): +14% at context 8192, +4% at 4096, even at 2048, -2% at 512.
+const DEFAULT_GQA_FROM: u32 = 4096;
+
+/// Positions per split of a token that attention_decode_gqa.comp takes: whole tiles of 64,
+/// about `splits` of them (the shader computes the same from the step header's word 2).
+pub(crate) fn gqa_split_len(len: usize, splits: usize) -> usize {
+    len.div_ceil(splits * 64).max(1) * 64
+}
+
+/// The splits a long context's token is cut into (attention_decode_gqa.comp):
+/// `STRATA_ATTENTION_GQA_SPLITS` (4-128), default 32, a tuning knob read once (H200, 7B at
+/// context 8192: 16 splits 282, 32 splits 324, 64 splits 302 t/s).
+pub(crate) fn gqa_splits() -> usize {
+    static SPLITS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *SPLITS.get_or_init(|| std::env::var("STRATA_ATTENTION_GQA_SPLITS").ok().and_then(|v| v.parse().ok()).filter(|s| (4..=128).contains(s)).unwrap_or(32))
+}
+
+/// The threshold in effect for a model on a device: `u32::MAX` (never) where the kernel does not
+/// fit the heads (a group of up to 8 query heads, head dimensions of 32, 64, 128 or 256), the
+/// device lacks quad operations, or another decode attention was asked for.
+fn gqa_attention_from(ctx: &VulkanContext, n_heads: usize, n_kv_heads: usize, head_dim: usize) -> u32 {
+    let fits = n_kv_heads > 0 && n_heads.is_multiple_of(n_kv_heads) && n_heads / n_kv_heads <= 8 && [32, 64, 128, 256].contains(&head_dim);
+    let other = !per_head_decode_attention() || std::env::var("STRATA_VULKAN_FUSE_ATTENTION").as_deref() == Ok("1");
+    if !fits || other || !ctx.info.subgroup_quads {
+        return u32::MAX;
+    }
+    match std::env::var("STRATA_ATTENTION_GQA_FROM").as_deref() {
+        Ok("off") => u32::MAX,
+        Ok(v) => v.parse().unwrap_or(DEFAULT_GQA_FROM),
+        Err(_) => DEFAULT_GQA_FROM,
+    }
+}
 
 impl ParamLayout {
     fn new(max_tokens: usize, max_outputs: usize, max_seqs: usize, max_blocks_per_seq: usize) -> ParamLayout {
@@ -309,6 +348,8 @@ pub struct VulkanPlan {
     _kv_host: Option<Arc<HostKvMemory>>,
     logits: Vec<f32>,
     split_budget: usize,
+    /// Decoded tokens of at least this many positions take attention_decode_gqa.comp.
+    gqa_from: u32,
     opts: VulkanOptions,
     weight_bytes: u64,
     ctx: Arc<VulkanContext>,
@@ -343,11 +384,14 @@ impl Drop for CommandCache {
 }
 
 /// Per-op GPU time from timestamps written after every op (`STRATA_VULKAN_PROFILE=1`), summed
-/// by op and printed when the plan is dropped.
+/// by op and printed when the plan is dropped. Queries: 0 the step's start, 1 + i after op i,
+/// n_ops + 1 the step's end, n_ops + 2 + i inside op i where it has two stages (attention: after
+/// its split kernels, before their merge), which adds the two stages' own rows.
 struct Profiler {
     ctx: Arc<VulkanContext>,
     pool: vk::QueryPool,
     capacity: u32,
+    n_ops: u32,
     /// Label of each op of the graph.
     labels: Vec<String>,
     /// (label, step class) -> (total ns, samples); see [`step_class`].
@@ -369,7 +413,8 @@ fn step_class(n_tokens: usize) -> usize {
 
 impl Profiler {
     fn new(ctx: &Arc<VulkanContext>, graph: &ForwardGraph) -> Result<Profiler, DeviceError> {
-        let capacity = graph.ops.len() as u32 + 2;
+        let n_ops = graph.ops.len() as u32;
+        let capacity = 2 * n_ops + 2;
         let info = vk::QueryPoolCreateInfo::default().query_type(vk::QueryType::TIMESTAMP).query_count(capacity);
         // SAFETY: valid device and create info.
         let pool = unsafe { ctx.device.create_query_pool(&info, None) }.map_err(|e| vk_error(&ctx.name(), "vkCreateQueryPool", e))?;
@@ -389,22 +434,32 @@ impl Profiler {
                 Op::SelectRows { .. } => "select_rows".to_string(),
             })
             .collect();
-        Ok(Profiler { ctx: ctx.clone(), pool, capacity, labels, totals: HashMap::new(), steps: HashMap::new(), host: HashMap::new() })
+        Ok(Profiler { ctx: ctx.clone(), pool, capacity, n_ops, labels, totals: HashMap::new(), steps: HashMap::new(), host: HashMap::new() })
     }
 
     fn collect(&mut self, class: usize) {
-        let mut ticks = vec![0u64; self.capacity as usize];
-        // SAFETY: the submission that wrote the queries has completed.
-        let ok = unsafe { self.ctx.device.get_query_pool_results(self.pool, 0, &mut ticks, vk::QueryResultFlags::TYPE_64) };
-        if ok.is_err() {
+        // (value, availability) per query: the mid-op ones are written by some ops only.
+        let mut pairs = vec![[0u64; 2]; self.capacity as usize];
+        // SAFETY: the submission that wrote the queries has completed; every query was reset.
+        let ok = unsafe { self.ctx.device.get_query_pool_results(self.pool, 0, &mut pairs, vk::QueryResultFlags::TYPE_64 | vk::QueryResultFlags::WITH_AVAILABILITY) };
+        // NOT_READY: some query was not written (a mid-op one), as expected.
+        if !matches!(ok, Ok(()) | Err(vk::Result::NOT_READY)) {
             return;
         }
+        let ticks: Vec<u64> = pairs.iter().map(|p| p[0]).collect();
         let ns = self.ctx.info.timestamp_period_ns as f64;
         for (i, label) in self.labels.iter().enumerate() {
-            let dt = ticks[i + 1].saturating_sub(ticks[i]) as f64 * ns;
-            let e = self.totals.entry((label.clone(), class)).or_default();
-            e.0 += dt;
-            e.1 += 1;
+            let mut add = |label: String, dt: f64| {
+                let e = self.totals.entry((label, class)).or_default();
+                e.0 += dt;
+                e.1 += 1;
+            };
+            add(label.clone(), ticks[i + 1].saturating_sub(ticks[i]) as f64 * ns);
+            let mid = pairs[self.n_ops as usize + 2 + i];
+            if mid[1] != 0 {
+                add(format!("{label} (split kernels)"), mid[0].saturating_sub(ticks[i]) as f64 * ns);
+                add(format!("{label} (merge)"), ticks[i + 1].saturating_sub(mid[0]) as f64 * ns);
+            }
         }
         let last = self.labels.len();
         let s = self.steps.entry(class).or_default();
@@ -587,6 +642,7 @@ impl VulkanPlan {
             _kv_host: kv_host,
             logits: Vec::new(),
             split_budget,
+            gqa_from: gqa_attention_from(ctx, hp.n_heads, hp.n_kv_heads, hp.head_dim),
             opts: VulkanOptions { max_seqs, ..opts },
             weight_bytes,
             ctx: ctx.clone(),
@@ -630,14 +686,26 @@ impl VulkanPlan {
         // Splits of a fixed length, doubled only while the step's splits would overflow the
         // scratch: a token's attention is then summed in the same order whatever else is in the
         // step (batch invariance), for every decode batch.
-        let max_len = b.positions.iter().map(|&p| p as usize + 1).max().unwrap_or(1);
+        // Tokens that attention_decode_gqa.comp takes (`gqa_from` positions and more) have
+        // splits of their own length's (gqa_split_len): about 32 whatever the batch.
+        // (Decode-sized steps only: larger ones run attention.comp.)
+        let gqa_from = if n <= INT_MAX_TOKENS { self.gqa_from } else { u32::MAX };
+        let is_long = |p: u32| u64::from(p) + 1 >= u64::from(gqa_from);
+        let max_len = b.positions.iter().filter(|&&p| !is_long(p)).map(|&p| p as usize + 1).max().unwrap_or(1);
+        let long_splits = b.positions.iter().filter(|&&p| is_long(p)).map(|&p| (p as usize + 1).div_ceil(gqa_split_len(p as usize + 1, gqa_splits()))).max().unwrap_or(0);
         let mut split_len = attention_split_min();
+        // (n * long_splits is at most 32 * 128, within the scratch.)
         while n * max_len.div_ceil(split_len) > self.split_budget || max_len.div_ceil(split_len) > ATTENTION_MAX_SPLITS {
             split_len *= 2;
         }
-        let n_splits = max_len.div_ceil(split_len);
+        let n_splits = max_len.div_ceil(split_len).max(long_splits);
         let hp = &self.graph.hparams;
-        let header = [n_splits as u32, split_len as u32, 0, 0, hp.n_kv_heads as u32, n_splits as u32, n as u32, 0, hp.n_heads as u32, n_splits as u32, n as u32, 0];
+        // Decoded tokens split between the two decode attentions by their length; a kernel with
+        // no token of its own is not run (zero workgroups).
+        let long = b.positions.iter().filter(|&&p| is_long(p)).count();
+        let per_head_x = if long == n { 0 } else { hp.n_heads as u32 };
+        let gqa_x = if long == 0 { 0 } else { hp.n_kv_heads as u32 };
+        let header = [n_splits as u32, split_len as u32, gqa_splits() as u32, 0, hp.n_kv_heads as u32, n_splits as u32, n as u32, 0, per_head_x, n_splits as u32, n as u32, 0, gqa_x, n_splits as u32, n as u32, 0];
         let bytes = self.params.mapped_mut().ok_or_else(|| unsupported(&self.ctx, "the parameter buffer is not mapped".into()))?;
         // The buffer is host-coherent and no submission is pending: plain writes.
         let words: &mut [u32] = bytemuck_words(bytes);
@@ -696,12 +764,14 @@ impl VulkanPlan {
         let device = self.ctx.device.clone();
         let (graph, weights, bufs, kv, ctx) = (&self.graph, &self.weights, &self.bufs, &self.kv, &self.ctx);
         let (partial, rope_table, block_size, rounded, max_context) = (self.partial, self.rope_table, self.opts.block_size, self.rounded, self.opts.max_context);
-        let (counters, rounded_alt) = (self.counters, self.rounded_alt);
+        let (counters, rounded_alt, gqa_from) = (self.counters, self.rounded_alt, self.gqa_from);
         let counters_buffer = self.arena.buffer(&counters);
         let addr_of = |id: BufId| bufs[id.0 as usize].address;
         let params_buffer = self.params_device.buffer;
         let (params_host, params_bytes) = (self.params.buffer, (pl.total * 4) as u64);
         let profile_pool = self.profiler.as_ref().map(|p| (p.pool, p.capacity));
+        // (`ops` is the graph's op list, taken out of it while recording.)
+        let n_graph_ops = ops.len() as u32;
         if let Some((pool, n)) = profile_pool {
             // SAFETY: recording; the pool has `n` queries.
             unsafe { device.cmd_reset_query_pool(cb, pool, 0, n) };
@@ -1010,13 +1080,21 @@ impl VulkanPlan {
                         let (record_bytes, meta_offset) = int_act_record(cols);
                         let push = attention_push_with(graph, *q, &[addr_of(*q), partial.address, kc, vc, p_pos, p_seq, p_toff, p_tables, p_header, rounded[r as usize].address, counters.address], stride, block_size)
                             .u32(meta_offset as u32)
-                            .u32(record_bytes as u32);
+                            .u32(record_bytes as u32)
+                            .u32(u32::MAX);
                         rec.dispatch_indirect(Kernel::AttentionDecodeFused(r), &push, params_buffer, (HEADER_ATTENTION_DECODE_ARGS * 4) as u64)?;
                         prequantized = Some(rounded[r as usize].address);
                         fused[2] += 1;
                     } else {
                         if n <= INT_MAX_TOKENS && per_head_decode_attention() {
+                            // Short and long contexts' tokens (each kernel returns for the
+                            // other's): they write disjoint partial records, so no barrier
+                            // between the two.
+                            let push = push.u32(gqa_from);
                             rec.dispatch_indirect(Kernel::AttentionDecode, &push, params_buffer, (HEADER_ATTENTION_DECODE_ARGS * 4) as u64)?;
+                            if gqa_from != u32::MAX {
+                                rec.dispatch_indirect(Kernel::AttentionDecodeGqa, &push, params_buffer, (HEADER_ATTENTION_GQA_ARGS * 4) as u64)?;
+                            }
                         } else {
                             rec.dispatch_indirect(Kernel::Attention, &push, params_buffer, (HEADER_ATTENTION_ARGS * 4) as u64)?;
                         }
@@ -1024,6 +1102,9 @@ impl VulkanPlan {
                             record_prefetch(&mut rec, weights, &ops[op_index + 1..], prefetch, sink)?;
                         }
                         rec.barrier();
+                        if let Some((pool, _)) = profile_pool {
+                            rec.timestamp(pool, n_graph_ops + 2 + op_index as u32);
+                        }
                         let out_width = graph.buffer(*out).width;
                         if let Some(r) = combine_rounding {
                             // The merge and the quantization for the product that follows.
@@ -1069,8 +1150,8 @@ impl VulkanPlan {
         let logits = &bufs[graph.logits.0 as usize];
         let bytes = (n_out * hp.vocab_size * 4) as u64;
         rec.copy_to_host(self.arena.buffer(logits), logits.offset, self.readback.buffer, bytes);
-        if let Some((pool, n)) = profile_pool {
-            rec.timestamp(pool, n - 1);
+        if let Some((pool, _)) = profile_pool {
+            rec.timestamp(pool, n_graph_ops + 1);
         }
         Ok(())
     }

@@ -51,6 +51,8 @@ layout(push_constant) uniform Push {
     uint meta_offset;
     uint record_bytes;
 #endif
+    // Tokens of at least this many positions are attention_decode_gqa.comp's: none here.
+    uint gqa_from;
 } pc;
 
 #ifdef FUSED_COMBINE
@@ -92,6 +94,12 @@ void main() {
     uint hd = pc.head_dim;
     uint kvh = h / (pc.n_heads / pc.n_kv_heads);
     uint len = U32s(pc.positions).v[t] + 1;
+#ifndef FUSED_COMBINE
+    // (The fused build's tickets count every workgroup: the host passes no such tokens to it.)
+    if (len >= pc.gqa_from) {
+        return;
+    }
+#endif
     uint j_begin = split * split_len;
     uint j_end = min(len, j_begin + split_len);
     uint table_offset = U32s(pc.table_offsets).v[U32s(pc.seq_of_token).v[t]];
