@@ -200,6 +200,56 @@ fn vulkan_fused_decode_stages_compute_the_unfused_bits() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Decode attention through the long-context kernel (a workgroup per KV head,
+/// attention_decode_gqa.comp), switched on from 40 positions for this test: the logits of the
+/// tokens before that are the per-head kernel's bit for bit, and the others are as close to the
+/// CPU device's as the per-head kernel's. Default model (3 query heads a KV head, 64 wide) and Qwen2's graph (7
+/// a KV head, 128 wide), 80 positions, one token a step.
+#[test]
+fn vulkan_long_context_attention_agrees_with_the_per_head_kernel() {
+    let Some(i) = vulkan_index() else { return };
+    let dir = std::env::temp_dir().join(format!("strata-vulkan-gqa-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let models = [
+        ("default", Arc::new(LoadedModel::load(&common::default_model()).expect("the default model loads"))),
+        ("tiny-qwen2-hd128", synthetic_model(&dir, "tiny-qwen2-hd128", strata_quant::GgmlType::Q4_K, 3)),
+    ];
+    const FROM: usize = 40;
+    for (name, model) in models {
+        let vocab = model.hparams.vocab_size;
+        let tokens: Vec<u32> = (0..80u32).map(|i| (i * 7919 + 13) % vocab as u32).collect();
+        let run = |from: &str| {
+            // nextest runs each test in a process of its own; the plan reads this when it is made.
+            std::env::set_var("STRATA_ATTENTION_GQA_FROM", from);
+            engine_with_ubatch(&model, DeviceKind::Vulkan(i), DeviceKind::Vulkan(i), 1).teacher_forced_logits(&tokens).expect("vulkan")
+        };
+        let per_head = run("off");
+        let gqa = run(&FROM.to_string());
+        let cpu = engine_with_ubatch(&model, DeviceKind::Cpu, DeviceKind::Cpu, 1).teacher_forced_logits(&tokens).expect("cpu");
+        // Position p attends over p + 1 positions.
+        let before = (FROM - 1) * vocab;
+        assert!(gqa[..before].iter().zip(&per_head[..before]).all(|(a, b)| a.to_bits() == b.to_bits()), "{name}: tokens below the threshold changed");
+        // Each against the CPU device over the positions from the threshold on.
+        let positions = tokens.len() - (FROM - 1);
+        let against_cpu = |got: &[f32]| {
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            let (mut kl_sum, mut agree) = (0.0, 0);
+            for p in FROM - 1..tokens.len() {
+                log_softmax(&cpu[p * vocab..(p + 1) * vocab], &mut a);
+                log_softmax(&got[p * vocab..(p + 1) * vocab], &mut b);
+                kl_sum += kl(&a, &b);
+                agree += usize::from(argmax(&a) == argmax(&b));
+            }
+            (kl_sum / positions as f64, agree)
+        };
+        let (kl_head, top1_head) = against_cpu(&per_head);
+        let (kl_gqa, top1_gqa) = against_cpu(&gqa);
+        eprintln!("{name}, {positions} positions against the CPU: per-head kernel KL {kl_head:.2e} top-1 {top1_head}, long-context kernel KL {kl_gqa:.2e} top-1 {top1_gqa}");
+        assert!(kl_gqa <= 1.5 * kl_head + 1e-4 && top1_gqa + 2 >= top1_head, "{name}: the long-context kernel is further from the CPU (KL {kl_gqa:e}, top-1 {top1_gqa}) than the per-head one (KL {kl_head:e}, top-1 {top1_head})");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn cpu_prefill_then_vulkan_decode_over_one_host_arena() {
     let Some(i) = vulkan_index() else { return };
