@@ -145,7 +145,6 @@ impl VulkanOps {
         Ok((Self::read(&out, x.len()), records.mapped().unwrap_or(&[])[..rows * record_bytes].to_vec()))
     }
 
-    /// Where each imported chunk of `kv` came from (host pointers, for the zero-copy check).
     /// Attention as a decode step runs it: attention_decode.comp for tokens shorter than
     /// `gqa_from` positions, attention_decode_gqa.comp for the others (`u32::MAX`: none), then
     /// the merge of the splits.
@@ -170,9 +169,10 @@ impl VulkanOps {
         let n_splits = max_len.div_ceil(64).clamp(1, 16);
         let split_len = max_len.div_ceil(n_splits);
         // Tokens of the GQA decode kernel cut their context by its own rule.
-        let from = gqa_from.unwrap_or(u32::MAX);
-        let n_splits = a.positions.iter().filter(|&&p| u64::from(p) + 1 >= u64::from(from)).map(|&p| (p as usize + 1).div_ceil(super::plan::gqa_split_len(p as usize + 1, super::plan::gqa_splits()))).fold(n_splits, usize::max);
-        let long = a.positions.iter().filter(|&&p| u64::from(p) + 1 >= u64::from(gqa_from.unwrap_or(u32::MAX))).count();
+        let from = u64::from(gqa_from.unwrap_or(u32::MAX));
+        let long_lens: Vec<usize> = a.positions.iter().filter(|&&p| u64::from(p) + 1 >= from).map(|&p| p as usize + 1).collect();
+        let n_splits = long_lens.iter().map(|&len| len.div_ceil(super::plan::gqa_split_len(len, super::plan::gqa_splits()))).fold(n_splits, usize::max);
+        let long = long_lens.len();
         let per_head_x = if long == n { 0 } else { a.n_heads as u32 };
         let gqa_x = if long == 0 { 0 } else { a.n_kv_heads as u32 };
         let header = [n_splits as u32, split_len as u32, super::plan::gqa_splits() as u32, 0, a.n_kv_heads as u32, n_splits as u32, n as u32, 0, per_head_x, n_splits as u32, n as u32, 0, gqa_x, n_splits as u32, n as u32, 0];
@@ -225,6 +225,7 @@ impl VulkanOps {
         Ok(Self::read(&out, n * qw))
     }
 
+    /// Where each imported chunk of `kv` came from (host pointers, for the zero-copy check).
     pub fn import_origins(&self, kv: &Arc<HostKvMemory>) -> Option<Vec<Origin>> {
         let key = kv.chunk_raw(0).map_or(0, |(p, _)| p as usize);
         self.imports.get(&key).map(|(_, m)| m.origins())
