@@ -150,11 +150,11 @@ impl VulkanOps {
     /// the merge of the splits.
     ///
     /// # Errors
-    /// Device errors; [`DeviceError::Unsupported`] for the GQA kernel on a device without subgroup
-    /// quad operations.
+    /// Device errors; [`DeviceError::Unsupported`] for the GQA kernel on a device that cannot run
+    /// it.
     pub fn decode_attention(&mut self, kv: &Arc<HostKvMemory>, a: &AttentionArgs<'_>, gqa_from: u32) -> Result<Vec<f32>, DeviceError> {
-        if gqa_from != u32::MAX && !self.ctx.info.subgroup_quads {
-            return Err(DeviceError::Unsupported { device: self.ctx.name(), what: "subgroup quad operations (attention_decode_gqa.comp)".into() });
+        if gqa_from != u32::MAX && !super::plan::gqa_attention_runs_on(&self.ctx.info) {
+            return Err(DeviceError::Unsupported { device: self.ctx.name(), what: "attention_decode_gqa.comp (quad operations, 28 KiB of shared memory, 256 invocations)".into() });
         }
         self.run_attention(kv, a, Some(gqa_from))
     }

@@ -288,13 +288,23 @@ pub(crate) fn gqa_splits() -> usize {
     *SPLITS.get_or_init(|| std::env::var("STRATA_ATTENTION_GQA_SPLITS").ok().and_then(|v| v.parse().ok()).filter(|s| (4..=128).contains(s)).unwrap_or(32))
 }
 
+/// Shared memory attention_decode_gqa.comp declares (26,976 bytes), rounded up.
+const GQA_ATTENTION_SHARED_BYTES: u32 = 28 * 1024;
+
+/// Whether the device can run attention_decode_gqa.comp: quad operations, its shared memory and
+/// workgroups of 256.
+pub(crate) fn gqa_attention_runs_on(info: &super::context::DeviceInfo) -> bool {
+    info.subgroup_quads && info.max_shared_memory_bytes >= GQA_ATTENTION_SHARED_BYTES && info.max_workgroup_invocations >= 256
+}
+
 /// The threshold in effect for a model on a device: `u32::MAX` (never) where the kernel does not
 /// fit the heads (a group of up to 8 query heads, head dimensions of 32, 64, 128 or 256), the
-/// device lacks quad operations, or another decode attention was asked for.
+/// device lacks quad operations or the kernel's shared memory, or another decode attention was
+/// asked for.
 fn gqa_attention_from(ctx: &VulkanContext, n_heads: usize, n_kv_heads: usize, head_dim: usize) -> u32 {
     let fits = n_kv_heads > 0 && n_heads.is_multiple_of(n_kv_heads) && n_heads / n_kv_heads <= 8 && [32, 64, 128, 256].contains(&head_dim);
     let other = !per_head_decode_attention() || std::env::var("STRATA_VULKAN_FUSE_ATTENTION").as_deref() == Ok("1");
-    if !fits || other || !ctx.info.subgroup_quads {
+    if !fits || other || !gqa_attention_runs_on(&ctx.info) {
         return u32::MAX;
     }
     match std::env::var("STRATA_ATTENTION_GQA_FROM").as_deref() {
