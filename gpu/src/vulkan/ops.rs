@@ -169,13 +169,9 @@ impl VulkanOps {
         let n_splits = max_len.div_ceil(64).clamp(1, 16);
         let split_len = max_len.div_ceil(n_splits);
         // Tokens of the GQA decode kernel cut their context by its own rule.
-        let from = u64::from(gqa_from.unwrap_or(u32::MAX));
-        let long_lens: Vec<usize> = a.positions.iter().filter(|&&p| u64::from(p) + 1 >= from).map(|&p| p as usize + 1).collect();
-        let n_splits = long_lens.iter().map(|&len| len.div_ceil(super::plan::gqa_split_len(len, super::plan::gqa_splits()))).fold(n_splits, usize::max);
-        let long = long_lens.len();
-        let per_head_x = if long == n { 0 } else { a.n_heads as u32 };
-        let gqa_x = if long == 0 { 0 } else { a.n_kv_heads as u32 };
-        let header = [n_splits as u32, split_len as u32, super::plan::gqa_splits() as u32, 0, a.n_kv_heads as u32, n_splits as u32, n as u32, 0, per_head_x, n_splits as u32, n as u32, 0, gqa_x, n_splits as u32, n as u32, 0];
+        let (long, long_splits) = super::plan::long_context_tokens(a.positions, gqa_from.unwrap_or(u32::MAX));
+        let n_splits = n_splits.max(long_splits);
+        let header = super::plan::step_header(n_splits, split_len, n, a.n_heads, a.n_kv_heads, long);
         let mut offsets = Vec::new();
         let mut flat = Vec::new();
         for t in a.block_tables {
@@ -212,11 +208,11 @@ impl VulkanOps {
         let hbuf = hb.buffer;
         self.run(|r| {
             match gqa_from {
-                None => r.dispatch_indirect(Kernel::Attention, &push, hbuf, 16)?,
+                None => r.dispatch_indirect(Kernel::Attention, &push, hbuf, (super::plan::HEADER_ATTENTION_ARGS * 4) as u64)?,
                 Some(from) => {
                     let push = push.u32(from);
-                    r.dispatch_indirect(Kernel::AttentionDecode, &push, hbuf, 32)?;
-                    r.dispatch_indirect(Kernel::AttentionDecodeGqa, &push, hbuf, 48)?;
+                    r.dispatch_indirect(Kernel::AttentionDecode, &push, hbuf, (super::plan::HEADER_ATTENTION_DECODE_ARGS * 4) as u64)?;
+                    r.dispatch_indirect(Kernel::AttentionDecodeGqa, &push, hbuf, (super::plan::HEADER_ATTENTION_GQA_ARGS * 4) as u64)?;
                 }
             }
             r.barrier();

@@ -261,11 +261,37 @@ struct ParamLayout {
 
 /// Word offsets in the header: n_splits, split_len, then the indirect attention dispatch.
 const HEADER_WORDS: usize = 16;
-const HEADER_ATTENTION_ARGS: usize = 4;
+pub(crate) const HEADER_ATTENTION_ARGS: usize = 4;
 /// Where the step header holds the indirect dispatch of attention_decode.comp.
-const HEADER_ATTENTION_DECODE_ARGS: usize = 8;
+pub(crate) const HEADER_ATTENTION_DECODE_ARGS: usize = 8;
 /// Where the step header holds the indirect dispatch of attention_decode_gqa.comp.
-const HEADER_ATTENTION_GQA_ARGS: usize = 12;
+pub(crate) const HEADER_ATTENTION_GQA_ARGS: usize = 12;
+
+/// The step header: the step's splits per token and the shorter tokens' split length, the
+/// long-context kernel's split count (word 2), then the indirect dispatches of attention.comp,
+/// attention_decode.comp and attention_decode_gqa.comp for `n` tokens, `long` of them the last
+/// kernel's; a decode kernel with no token of its own gets zero workgroups.
+pub(crate) fn step_header(n_splits: usize, split_len: usize, n: usize, n_heads: usize, n_kv_heads: usize, long: usize) -> [u32; HEADER_WORDS] {
+    let per_head_x = if long == n { 0 } else { n_heads as u32 };
+    let gqa_x = if long == 0 { 0 } else { n_kv_heads as u32 };
+    let (s, n) = (n_splits as u32, n as u32);
+    [s, split_len as u32, gqa_splits() as u32, 0, n_kv_heads as u32, s, n, 0, per_head_x, s, n, 0, gqa_x, s, n, 0]
+}
+
+/// Whether a decoded token at `position` is attention_decode_gqa.comp's (`gqa_from` positions of
+/// context and more).
+fn is_long_context(position: u32, gqa_from: u32) -> bool {
+    u64::from(position) + 1 >= u64::from(gqa_from)
+}
+
+/// The tokens at `positions` that attention_decode_gqa.comp takes: how many, and the most splits
+/// one of them is cut into (by its own length, gqa_split_len).
+pub(crate) fn long_context_tokens(positions: &[u32], gqa_from: u32) -> (usize, usize) {
+    positions.iter().filter(|&&p| is_long_context(p, gqa_from)).fold((0, 0), |(count, splits), &p| {
+        let len = p as usize + 1;
+        (count + 1, splits.max(len.div_ceil(gqa_split_len(len, gqa_splits()))))
+    })
+}
 
 /// The context length (positions) from which a decoded token's attention runs in
 /// attention_decode_gqa.comp (a workgroup per KV head: each K/V row read once for the group)
@@ -276,14 +302,14 @@ const DEFAULT_GQA_FROM: u32 = 4096;
 
 /// Positions per split of a token that attention_decode_gqa.comp takes: whole tiles of 64,
 /// about `splits` of them (the shader computes the same from the step header's word 2).
-pub(crate) fn gqa_split_len(len: usize, splits: usize) -> usize {
+fn gqa_split_len(len: usize, splits: usize) -> usize {
     len.div_ceil(splits * 64).max(1) * 64
 }
 
 /// The splits a long context's token is cut into (attention_decode_gqa.comp):
 /// `STRATA_ATTENTION_GQA_SPLITS` (4-128), default 32, a tuning knob read once (H200, 7B at
 /// context 8192: 16 splits 282, 32 splits 324, 64 splits 302 t/s).
-pub(crate) fn gqa_splits() -> usize {
+fn gqa_splits() -> usize {
     static SPLITS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *SPLITS.get_or_init(|| std::env::var("STRATA_ATTENTION_GQA_SPLITS").ok().and_then(|v| v.parse().ok()).filter(|s| (4..=128).contains(s)).unwrap_or(32))
 }
@@ -700,9 +726,8 @@ impl VulkanPlan {
         // splits of their own length's (gqa_split_len): about 32 whatever the batch.
         // (Decode-sized steps only: larger ones run attention.comp.)
         let gqa_from = if n <= INT_MAX_TOKENS { self.gqa_from } else { u32::MAX };
-        let is_long = |p: u32| u64::from(p) + 1 >= u64::from(gqa_from);
-        let max_len = b.positions.iter().filter(|&&p| !is_long(p)).map(|&p| p as usize + 1).max().unwrap_or(1);
-        let long_splits = b.positions.iter().filter(|&&p| is_long(p)).map(|&p| (p as usize + 1).div_ceil(gqa_split_len(p as usize + 1, gqa_splits()))).max().unwrap_or(0);
+        let max_len = b.positions.iter().filter(|&&p| !is_long_context(p, gqa_from)).map(|&p| p as usize + 1).max().unwrap_or(1);
+        let (long, long_splits) = long_context_tokens(b.positions, gqa_from);
         let mut split_len = attention_split_min();
         // (n * long_splits is at most 32 * 128, within the scratch.)
         while n * max_len.div_ceil(split_len) > self.split_budget || max_len.div_ceil(split_len) > ATTENTION_MAX_SPLITS {
@@ -710,12 +735,7 @@ impl VulkanPlan {
         }
         let n_splits = max_len.div_ceil(split_len).max(long_splits);
         let hp = &self.graph.hparams;
-        // Decoded tokens split between the two decode attentions by their length; a kernel with
-        // no token of its own is not run (zero workgroups).
-        let long = b.positions.iter().filter(|&&p| is_long(p)).count();
-        let per_head_x = if long == n { 0 } else { hp.n_heads as u32 };
-        let gqa_x = if long == 0 { 0 } else { hp.n_kv_heads as u32 };
-        let header = [n_splits as u32, split_len as u32, gqa_splits() as u32, 0, hp.n_kv_heads as u32, n_splits as u32, n as u32, 0, per_head_x, n_splits as u32, n as u32, 0, gqa_x, n_splits as u32, n as u32, 0];
+        let header = step_header(n_splits, split_len, n, hp.n_heads, hp.n_kv_heads, long);
         let bytes = self.params.mapped_mut().ok_or_else(|| unsupported(&self.ctx, "the parameter buffer is not mapped".into()))?;
         // The buffer is host-coherent and no submission is pending: plain writes.
         let words: &mut [u32] = bytemuck_words(bytes);
