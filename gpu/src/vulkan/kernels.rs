@@ -93,6 +93,8 @@ pub enum Kernel {
     ReadBandwidth,
     /// Reads weight ranges into the L2 cache beside a latency-bound stage (prefetch_l2.comp).
     PrefetchL2,
+    /// A decode step's memory pattern, for measuring stage boundaries (stage_chain.comp, probe.rs).
+    StageChain,
     /// Rounds activations as the CPU's 8-bit quantizer does (blocks of 32 or of 256).
     QuantizeAct(ActRounding),
     /// The same quantization, written as 8-bit quants with block scales and sums (the input of
@@ -357,6 +359,7 @@ impl Kernel {
             Kernel::SelectRows => spv!("select_rows"),
             Kernel::ReadBandwidth => spv!("read_bandwidth"),
             Kernel::PrefetchL2 => spv!("prefetch_l2"),
+            Kernel::StageChain => spv!("stage_chain"),
             Kernel::QuantizeAct(ActRounding::Q8_0) => rounding!("quantize_act_q8_0", v),
             Kernel::QuantizeAct(ActRounding::Q8_K) => rounding!("quantize_act_q8_k", v),
             Kernel::QuantizeActInt(ActRounding::Q8_0) => rounding!("quantize_act_int_q8_0", v),

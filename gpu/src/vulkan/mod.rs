@@ -8,6 +8,7 @@
 //! | [`conv`] | GGUF weight formats to the shaders' layouts |
 //! | [`plan`] | the forward graph compiled into recorded command buffers |
 //! | [`ops`] | single ops on the device, for checking each against the CPU |
+//! | [`probe`] | measurements of the device alone (what a stage boundary costs) |
 //! | `shaders/` | the GLSL compute shaders (SPIR-V made by `build.rs` with `glslc`) |
 
 pub mod context;
@@ -16,6 +17,7 @@ pub mod kernels;
 pub mod memory;
 pub mod ops;
 pub mod plan;
+pub mod probe;
 
 pub use context::{list_devices, ContextOptions, DeviceInfo, VulkanContext};
 pub use memory::VulkanKvMemory;

@@ -1,0 +1,169 @@
+//! Measurements of the device itself, apart from any model: what a stage boundary of a decode
+//! step costs (`stage_chain.comp`).
+//!
+//! A decode step of the fast path is ~9 dispatches a layer separated by pipeline barriers; each
+//! product stage costs a few microseconds more than its bytes at the device's bandwidth. Whether
+//! one dispatch of resident workgroups that wait for each other between stages (a grid barrier)
+//! would cost less is what [`measure_stage_boundaries`] answers, on the memory pattern of a model
+//! (the stage list), before any kernel is rewritten for it.
+
+use std::sync::Arc;
+
+use super::kernels::{Kernel, Pipelines, Push, Recorder};
+use super::memory::{Buffer, MemoryKind, OneShot};
+use super::VulkanContext;
+use crate::DeviceError;
+
+/// One stage of the pattern.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProbeStage {
+    /// Every workgroup streams its share of this many bytes (a product's weights).
+    Stream { bytes: u64 },
+    /// One workgroup reads this many bytes and reduces them twice (an RMSNorm).
+    Single { bytes: u64 },
+}
+
+impl ProbeStage {
+    fn bytes(self) -> u64 {
+        match self {
+            ProbeStage::Stream { bytes } | ProbeStage::Single { bytes } => bytes,
+        }
+    }
+}
+
+/// How a pattern was run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProbeMode {
+    /// One dispatch per stage, a pipeline barrier between two (as a decode step is recorded).
+    Dispatches,
+    /// One dispatch of `workgroups` resident workgroups, a grid barrier between two stages,
+    /// polled as `poll` says; with `preload`, each workgroup issues its first loads of the next
+    /// stage before it waits.
+    GridBarriers { workgroups: u32, poll: BarrierPoll, preload: bool },
+    /// As `GridBarriers` without the waits: the same loads, no ordering between stages.
+    Unordered { workgroups: u32 },
+}
+
+/// How a grid barrier's waiting workgroups read its counter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BarrierPoll {
+    /// Atomic adds of zero (a read-modify-write at the cache that owns the counter).
+    AtomicAdd,
+    /// Loads through a volatile coherent view.
+    VolatileLoad,
+}
+
+/// One run's result.
+#[derive(Clone, Debug)]
+pub struct ProbeResult {
+    pub mode: ProbeMode,
+    /// Wall time of one pass over the pattern, the best of the submissions.
+    pub pass_us: f64,
+    /// Grid barriers that gave up waiting (a device that did not keep every workgroup
+    /// resident); nonzero means the run's order was not kept and its time is not valid.
+    pub gave_up: u32,
+}
+
+/// Runs `pattern` (stages of at most 1 GiB each) `passes` times per submission in each mode,
+/// best of `submissions`, and returns one result per mode. Stage data lies in up to four buffers
+/// of up to 1 GiB, laid out in order and wrapping, so a stage reads memory no recent stage read
+/// (as a step reads each weight once) as long as the pattern's bytes exceed the device's caches.
+///
+/// # Errors
+/// Out of device memory, a stage larger than a buffer, or a Vulkan failure.
+pub fn measure_stage_boundaries(ctx: &Arc<VulkanContext>, pattern: &[ProbeStage], modes: &[ProbeMode], passes: usize, submissions: usize) -> Result<Vec<ProbeResult>, DeviceError> {
+    const STREAM_GROUPS_MAX: u64 = 8192;
+    let chunk = (ctx.info.max_allocation_bytes.min(ctx.info.max_storage_buffer_range).min(super::memory::MAX_CHUNK_BYTES)) & !0xFFFF;
+    let total: u64 = pattern.iter().map(|s| s.bytes()).sum();
+    let n_buffers = total.div_ceil(chunk).clamp(1, 4);
+    let mut ranges = Vec::new();
+    for i in 0..n_buffers {
+        ranges.push(Buffer::new(ctx, chunk, MemoryKind::DeviceLocal, &format!("stage probe range {i}"))?);
+    }
+    // Stage descriptors: (range, first vector, vectors, kind).
+    let mut words: Vec<u32> = Vec::with_capacity(pattern.len() * 4);
+    let (mut range, mut at) = (0u64, 0u64);
+    for s in pattern {
+        let bytes = s.bytes().next_multiple_of(16);
+        if bytes > chunk {
+            return Err(DeviceError::Unsupported { device: ctx.name(), what: format!("a probe stage of {bytes} bytes exceeds a buffer of {chunk}") });
+        }
+        if at + bytes > chunk {
+            range = (range + 1) % n_buffers;
+            at = 0;
+        }
+        words.extend_from_slice(&[range as u32, (at / 16) as u32, (bytes / 16) as u32, u32::from(matches!(s, ProbeStage::Single { .. }))]);
+        at += bytes;
+    }
+    let mut stages = Buffer::new(ctx, (words.len() * 4) as u64, MemoryKind::HostVisible, "stage probe list")?;
+    let Some(map) = stages.mapped_mut() else {
+        return Err(DeviceError::Unsupported { device: ctx.name(), what: "the stage probe list is not mapped".into() });
+    };
+    for (dst, w) in map.chunks_exact_mut(4).zip(&words) {
+        dst.copy_from_slice(&w.to_le_bytes());
+    }
+    let max_invocations = (STREAM_GROUPS_MAX * 256).max(modes.iter().map(|m| match m {
+        ProbeMode::GridBarriers { workgroups, .. } | ProbeMode::Unordered { workgroups } => u64::from(*workgroups) * 256,
+        ProbeMode::Dispatches => 0,
+    }).max().unwrap_or(0));
+    let mut sink = Buffer::new(ctx, (max_invocations + 1) * 4, MemoryKind::HostVisible, "stage probe sink")?;
+    let counter = Buffer::new(ctx, 16, MemoryKind::DeviceLocal, "stage probe counter")?;
+    let mut pipelines = Pipelines::new(ctx)?;
+    let mut oneshot = OneShot::new(ctx)?;
+    let range_addresses: Vec<u64> = (0..4).map(|i| ranges[(i as u64 % n_buffers) as usize].address()).collect();
+    let sink_address = sink.address();
+    let base = |mode: u32, stage: u32, poll: u32| {
+        let mut push = Push::new();
+        for a in &range_addresses {
+            push = push.addr(*a);
+        }
+        push.addr(sink_address).addr(counter.address()).addr(stages.address()).u32(pattern.len() as u32).u32(mode).u32(stage).u32(1 << 20).u32(poll)
+    };
+    let mut results = Vec::new();
+    for &mode in modes {
+        if let Some(words) = sink.mapped_mut() {
+            words[..4].fill(0);
+        }
+        let mut best = f64::MAX;
+        for _ in 0..submissions.max(1) {
+            let device = ctx.device.clone();
+            let mut result = Ok(());
+            let t = std::time::Instant::now();
+            oneshot.run(|_, cb| {
+                let mut rec = Recorder { device: &device, cb, pipelines: &mut pipelines };
+                for _ in 0..passes.max(1) {
+                    let recorded = match mode {
+                        ProbeMode::Dispatches => pattern.iter().enumerate().try_for_each(|(k, s)| {
+                            let groups = match s {
+                                ProbeStage::Stream { bytes } => (bytes / 16).div_ceil(256 * 8).clamp(1, STREAM_GROUPS_MAX) as u32,
+                                ProbeStage::Single { .. } => 1,
+                            };
+                            rec.dispatch(Kernel::StageChain, &base(0, k as u32, 0), [groups, 1, 1])?;
+                            rec.barrier();
+                            Ok(())
+                        }),
+                        ProbeMode::GridBarriers { workgroups, .. } | ProbeMode::Unordered { workgroups } => {
+                            rec.zero(counter.buffer, 0, 16);
+                            let (m, poll) = match mode {
+                                ProbeMode::GridBarriers { poll, preload, .. } => (if preload { 3 } else { 1 }, u32::from(poll == BarrierPoll::VolatileLoad)),
+                                _ => (2, 0),
+                            };
+                            let done = rec.dispatch(Kernel::StageChain, &base(m, 0, poll), [workgroups, 1, 1]);
+                            rec.barrier();
+                            done
+                        }
+                    };
+                    if let Err(e) = recorded {
+                        result = Err(e);
+                        return;
+                    }
+                }
+            })?;
+            result?;
+            best = best.min(t.elapsed().as_secs_f64() / passes.max(1) as f64);
+        }
+        let gave_up = sink.mapped().map_or(0, |w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]));
+        results.push(ProbeResult { mode, pass_us: best * 1e6, gave_up });
+    }
+    Ok(results)
+}
