@@ -7,6 +7,7 @@
 //! 1 as its items of one KV head.
 //!
 //! `cargo run --release -p strata-quant --example attention_bench [SEQS] [LEN] [PASSES] [KV_PER_CALL]`
+//! (`ORDER=sequential`: the order the interleaved products pair with; default ggml's decode order)
 
 use half::f16;
 use strata_quant::{AttnOrder, Kernels};
@@ -59,7 +60,9 @@ fn main() {
     let kern = Kernels::best();
     let heads = GROUP * kv_per_item;
     let q: Vec<f32> = (0..heads * HD).map(|i| ((i * 37) % 101) as f32 / 50.0 - 1.0).collect();
-    let lanes = AttnOrder::Decode.value_lanes();
+    // ORDER=sequential: the interleaved products' attention order (one value lane).
+    let order_kind = if std::env::var("ORDER").is_ok_and(|o| o == "sequential") { AttnOrder::Sequential } else { AttnOrder::Decode };
+    let lanes = order_kind.value_lanes();
     let mut scores = vec![0f32; heads * len];
     let mut acc = vec![0f32; heads * lanes * HD];
     let mut out = vec![0f32; heads * HD];
@@ -72,14 +75,14 @@ fn main() {
             for kvh in (0..KV_HEADS).step_by(kv_per_item) {
                 let col = kvh * HD;
                 fill(k_arena, table, col, kv_per_item, len, &mut rows);
-                kern.attn_dots_f16_rows(&rows, &q, HD, kv_per_item, AttnOrder::Decode, &mut scores, len);
+                kern.attn_dots_f16_rows(&rows, &q, HD, kv_per_item, order_kind, &mut scores, len);
                 for s in scores.chunks_exact_mut(len) {
                     kern.softmax_f16(s, 0.125);
                 }
                 fill(v_arena, table, col, kv_per_item, len, &mut rows);
-                kern.values_f16_rows(&mut acc, HD, kv_per_item, AttnOrder::Decode, &scores, len, &rows);
+                kern.values_f16_rows(&mut acc, HD, kv_per_item, order_kind, &scores, len, &rows);
                 for h in 0..heads {
-                    kern.finish_values(&acc[h * lanes * HD..(h + 1) * lanes * HD], HD, AttnOrder::Decode, &mut out[h * HD..(h + 1) * HD]);
+                    kern.finish_values(&acc[h * lanes * HD..(h + 1) * lanes * HD], HD, order_kind, &mut out[h * HD..(h + 1) * HD]);
                 }
                 checksum += out.iter().step_by(HD).map(|&x| x as f64).sum::<f64>();
             }
