@@ -85,6 +85,12 @@ fn main() {
             }
             build(&format!("matvec_swiglu_{ty}_f32"), &[&t, "NT=1", "ROWS=2", "SWIGLU_PAIR", "ACT_Q8_0", "NO_TICKET"]);
             build(&format!("matvec_swiglu_{ty}_f32_p2"), &[&t, "NT=1", "ROWS=4", "PAIRS=2", "SWIGLU_PAIR", "ACT_Q8_0", "NO_TICKET"]);
+            // The same two with the RMSNorm before them in their own workgroups (its records
+            // rounded as this type's products read them).
+            let act = if matches!(ty.as_str(), "q4_k" | "q6_k") { "ACT_Q8_K" } else { "ACT_Q8_0" };
+            build(&format!("matvec_qkv_norm_{ty}"), &[&t, "NT=1", "ROWS=2", "QKV_ROPE", "NORM_PROLOGUE", act]);
+            build(&format!("matvec_swiglu_norm_{ty}_f32"), &[&t, "NT=1", "ROWS=2", "SWIGLU_PAIR", act, "NO_TICKET", "NORM_PROLOGUE"]);
+            build(&format!("matvec_swiglu_norm_{ty}_f32_p2"), &[&t, "NT=1", "ROWS=4", "PAIRS=2", "SWIGLU_PAIR", act, "NO_TICKET", "NORM_PROLOGUE"]);
         }
     }
     // The integer tiled product of prefill chunks (matmul_q.comp), in each tile shape

@@ -62,6 +62,21 @@ fn kl(p_lp: &[f32], q_lp: &[f32]) -> f64 {
     p_lp.iter().zip(q_lp).map(|(&p, &q)| (p as f64).exp() * (p as f64 - q as f64)).sum()
 }
 
+/// Mean KL of `got` from `want` (logits of `vocab` per position) and top-1 agreements, over
+/// `positions`.
+fn kl_and_top1(want: &[f32], got: &[f32], vocab: usize, positions: std::ops::Range<usize>) -> (f64, usize) {
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    let (mut kl_sum, mut agree) = (0.0, 0);
+    let count = positions.len();
+    for p in positions {
+        log_softmax(&want[p * vocab..(p + 1) * vocab], &mut a);
+        log_softmax(&got[p * vocab..(p + 1) * vocab], &mut b);
+        kl_sum += kl(&a, &b);
+        agree += usize::from(argmax(&a) == argmax(&b));
+    }
+    (kl_sum / count as f64, agree)
+}
+
 fn compare(cpu: &mut Engine, other: &mut Engine, label: &str, min_top1: usize) {
     let vocab = cpu.model().hparams.vocab_size;
     let seqs = sequences(cpu);
@@ -200,6 +215,47 @@ fn vulkan_fused_decode_stages_compute_the_unfused_bits() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The RMSNorm before the fused QKV and gate/up products computed in those products' own
+/// workgroups (`STRATA_VULKAN_NORM_PROLOGUE=1`: each normalizes and quantizes the row into shared
+/// memory) instead of a stage of its own: its sum of squares is added in another order, so the
+/// logits are not the stage's bit for bit, but they must be as close to the CPU device's. On the
+/// default model (Q8_0-style records), Qwen2's graph with 128-wide heads, and Qwen2's with rows
+/// of 1,280 (Q8_K records, wider than one pass of the workgroup); 80 positions, one token a step.
+#[test]
+fn vulkan_norm_in_the_products_agrees_with_the_norm_stage() {
+    let Some(i) = vulkan_index() else { return };
+    let dir = std::env::temp_dir().join(format!("strata-vulkan-norm-prologue-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let models = [
+        ("default", Arc::new(LoadedModel::load(&common::default_model()).expect("the default model loads"))),
+        ("tiny-qwen2-hd128", synthetic_model(&dir, "tiny-qwen2-hd128", strata_quant::GgmlType::Q4_K, 3)),
+        // Rows of 1,280: two passes of the workgroup's runs, the second partly past the row.
+        ("tiny-qwen2-wide", synthetic_model(&dir, "tiny-qwen2-wide", strata_quant::GgmlType::Q4_K, 5)),
+    ];
+    for (name, model) in models {
+        let vocab = model.hparams.vocab_size;
+        let tokens: Vec<u32> = (0..80u32).map(|i| (i * 7919 + 13) % vocab as u32).collect();
+        let run = |prologue: &str| {
+            // nextest runs each test in a process of its own; the plan reads this when it records.
+            std::env::set_var("STRATA_VULKAN_NORM_PROLOGUE", prologue);
+            engine_with_ubatch(&model, DeviceKind::Vulkan(i), DeviceKind::Vulkan(i), 1).teacher_forced_logits(&tokens).expect("vulkan")
+        };
+        let stage = run("0");
+        let prologue = run("1");
+        let cpu = engine_with_ubatch(&model, DeviceKind::Cpu, DeviceKind::Cpu, 1).teacher_forced_logits(&tokens).expect("cpu");
+        // On the default model's 30 layers the other summation order shows: the prologue ran.
+        // (The small models' records can come out the same bit for bit.)
+        let differ = prologue.iter().zip(&stage).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+        assert!(name != "default" || differ > 0, "{name}: the norm prologue was not used (every logit is the stage's)");
+        let against_cpu = |got: &[f32]| kl_and_top1(&cpu, got, vocab, 0..tokens.len());
+        let (kl_stage, top1_stage) = against_cpu(&stage);
+        let (kl_prologue, top1_prologue) = against_cpu(&prologue);
+        eprintln!("{name}: {differ} logits differ; against the CPU: norm stage KL {kl_stage:.2e} top-1 {top1_stage}, norm in the products KL {kl_prologue:.2e} top-1 {top1_prologue}");
+        assert!(kl_prologue <= 1.5 * kl_stage + 1e-4 && top1_prologue + 2 >= top1_stage, "{name}: the norm in the products is further from the CPU (KL {kl_prologue:e}, top-1 {top1_prologue}) than the norm stage (KL {kl_stage:e}, top-1 {top1_stage})");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Decode attention through the long-context kernel (a workgroup per KV head,
 /// attention_decode_gqa.comp), switched on from 40 positions for this test: the logits of the
 /// tokens before that are the per-head kernel's bit for bit, and the others are as close to the
@@ -231,17 +287,7 @@ fn vulkan_long_context_attention_agrees_with_the_per_head_kernel() {
         assert!(gqa[..before].iter().zip(&per_head[..before]).all(|(a, b)| a.to_bits() == b.to_bits()), "{name}: tokens below the threshold changed");
         // Each against the CPU device over the positions from the threshold on.
         let positions = tokens.len() - (FROM - 1);
-        let against_cpu = |got: &[f32]| {
-            let (mut a, mut b) = (Vec::new(), Vec::new());
-            let (mut kl_sum, mut agree) = (0.0, 0);
-            for p in FROM - 1..tokens.len() {
-                log_softmax(&cpu[p * vocab..(p + 1) * vocab], &mut a);
-                log_softmax(&got[p * vocab..(p + 1) * vocab], &mut b);
-                kl_sum += kl(&a, &b);
-                agree += usize::from(argmax(&a) == argmax(&b));
-            }
-            (kl_sum / positions as f64, agree)
-        };
+        let against_cpu = |got: &[f32]| kl_and_top1(&cpu, got, vocab, FROM - 1..tokens.len());
         let (kl_head, top1_head) = against_cpu(&per_head);
         let (kl_gqa, top1_gqa) = against_cpu(&gqa);
         eprintln!("{name}, {positions} positions against the CPU: per-head kernel KL {kl_head:.2e} top-1 {top1_head}, long-context kernel KL {kl_gqa:.2e} top-1 {top1_gqa}");

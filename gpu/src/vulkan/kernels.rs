@@ -59,6 +59,11 @@ pub enum Kernel {
     /// as a dispatch of its own): the default decode path. The last field: output rows a lane
     /// group (1 or 2), each activation item read once for all of them.
     MatVecIntSwiGluF32(WeightFormat, ProductLayout, u8),
+    /// MatVecIntRope with the RMSNorm before it in its workgroups (each normalizes and quantizes
+    /// the residual row into shared memory), a few resident workgroups taking every unit in turn.
+    MatVecIntRopeNorm(WeightFormat, ProductLayout),
+    /// MatVecIntSwiGluF32 with the RMSNorm before it likewise.
+    MatVecIntSwiGluF32Norm(WeightFormat, ProductLayout, u8),
     /// The integer kernel that computes the CPU device's bits (Q4_0, Q4_1, Q8_0, Q4_K): `nt`
     /// tokens per pass (1 or 4), each lane loading `unroll` blocks ahead (1, 2, 4 or 8; 1 or 2
     /// with 4 tokens).
@@ -331,6 +336,9 @@ impl Kernel {
             Kernel::MatVecIntSwiGlu(f, ActRounding::Q8_K, l) => per_layout!(f, l, "matvec_swiglu", "_q8_k"),
             Kernel::MatVecIntSwiGluF32(f, l, 2) => per_layout!(f, l, "matvec_swiglu", "_f32_p2"),
             Kernel::MatVecIntSwiGluF32(f, l, _) => per_layout!(f, l, "matvec_swiglu", "_f32"),
+            Kernel::MatVecIntRopeNorm(f, l) => per_layout!(f, l, "matvec_qkv_norm", ""),
+            Kernel::MatVecIntSwiGluF32Norm(f, l, 2) => per_layout!(f, l, "matvec_swiglu_norm", "_f32_p2"),
+            Kernel::MatVecIntSwiGluF32Norm(f, l, _) => per_layout!(f, l, "matvec_swiglu_norm", "_f32"),
             Kernel::AttentionDecodeFused(ActRounding::Q8_0) => spv!("attention_decode_fused_q8_0"),
             Kernel::AttentionDecodeFused(ActRounding::Q8_K) => spv!("attention_decode_fused_q8_k"),
             Kernel::MatVecExact { format: f, nt: 1, unroll: 1 } => per_exact_format!(f, "matvec_exact_t1_u1", v.fma_via_f64()),

@@ -821,6 +821,8 @@ impl VulkanPlan {
         let mut skip_ops = 0usize;
         // Set by an RMSNorm that quantized its output for the product that follows.
         let mut prequantized: Option<u64> = None;
+        // Set by an RMSNorm left to the product that follows (its input row, weight and eps).
+        let mut norm_in_product: Option<(u64, u64, f32)> = None;
         // Fused stages recorded (QKV with RoPE, gate/up with SwiGLU, attention with its merge).
         let mut fused = [0usize; 3];
         let prefetch = if n <= INT_MAX_TOKENS { prefetch_bytes() } else { 0 };
@@ -844,6 +846,15 @@ impl VulkanPlan {
                     let rows = rows_of(graph, *input);
                     let width = graph.buffer(*input).width as u32;
                     let w = weights[weight.0 as usize].map_or(0, |w| w.address);
+                    if norm_prologue_fits(ctx, graph, weights, ops, op_index, n) {
+                        // The product after it normalizes the row in its own workgroups: no
+                        // stage, no barrier here.
+                        norm_in_product = Some((addr_of(*input), w, hp.rms_eps));
+                        if let Some((pool, _)) = profile_pool {
+                            rec.timestamp(pool, op_index as u32 + 1);
+                        }
+                        continue;
+                    }
                     let out_width = graph.buffer(*out).width as u32;
                     // Quantize for the product that follows, in the same dispatch, when it reads
                     // this output as 8-bit records.
@@ -878,8 +889,10 @@ impl VulkanPlan {
                     roundings.dedup();
                     // Where this product's 8-bit input records are, when an op before wrote them.
                     let records_at = prequantized.take();
-                    if records_at.is_some() {
-                        // The RMSNorm before wrote the records (and a barrier followed it).
+                    let norm = norm_in_product.take();
+                    if records_at.is_some() || norm.is_some() {
+                        // The RMSNorm before wrote the records (and a barrier followed it), or
+                        // the product computes them itself.
                         roundings.clear();
                     }
                     for r in &roundings {
@@ -911,7 +924,32 @@ impl VulkanPlan {
                             .u32(g.rows as u32)
                             .u32(out_meta_offset as u32);
                         skip_ops = 1;
-                        if std::env::var("STRATA_VULKAN_FUSE_SWIGLU_PRODUCT").as_deref() != Ok("1") {
+                        if let Some((x, norm_w, eps)) = norm {
+                            // As below, with the RMSNorm in the products' workgroups.
+                            let pairs = swiglu_pairs(g.layout.format);
+                            let push = Push::new()
+                                .addr(g.address)
+                                .addr(g.aux())
+                                .addr(u.address)
+                                .addr(u.aux())
+                                .addr(x)
+                                .addr(addr_of(act))
+                                .addr(rounded_alt.address)
+                                .addr(counters.address)
+                                .addr(norm_w)
+                                .u32(g.cols as u32)
+                                .u32(meta_offset as u32)
+                                .u32(g.rows as u32)
+                                .u32(out_meta_offset as u32)
+                                .f32(eps);
+                            let groups = g.rows.div_ceil(layout.groups() * pairs as usize).min(persistent_groups(ctx));
+                            rec.dispatch(Kernel::MatVecIntSwiGluF32Norm(g.layout.format, layout, pairs), &push, [groups as u32, 1, 1])?;
+                            rec.barrier();
+                            let (record_bytes, meta) = int_act_record(g.rows);
+                            let quantize = Push::new().addr(addr_of(act)).addr(rounded[r as usize].address).u32(g.rows as u32).u32(g.rows as u32).u32(1).u32(record_bytes as u32).u32(meta as u32);
+                            rec.dispatch(Kernel::QuantizeActInt(r), &quantize, int_quantize_groups(1, g.rows))?;
+                            prequantized = Some(rounded[r as usize].address);
+                        } else if std::env::var("STRATA_VULKAN_FUSE_SWIGLU_PRODUCT").as_deref() != Ok("1") {
                             // The paired products write the f32 SwiGLU row; the quantization is
                             // a dispatch of its own (no tickets: faster on the H200).
                             let pairs = swiglu_pairs(g.layout.format);
@@ -938,17 +976,26 @@ impl VulkanPlan {
                             let rounding = ActRounding::for_format(w.layout.format).ok_or_else(|| unsupported(ctx, "fused QKV without 8-bit activations".into()))?;
                             let out = [addr_of(q_buf), kc, vc][mode];
                             let layout = product_layout(ctx, w.cols);
+                            let x = match norm {
+                                Some((x, _, _)) => x,
+                                None => records_at.unwrap_or(rounded[rounding as usize].address),
+                            };
                             let push = Push::new()
                                 .addr(w.address)
                                 .addr(w.aux())
-                                .addr(records_at.unwrap_or(rounded[rounding as usize].address))
+                                .addr(x)
                                 .addr(out)
                                 .addr(bias)
                                 .addr(rope_table.address)
                                 .addr(p_pos)
                                 .addr(p_seq)
                                 .addr(p_toff)
-                                .addr(p_tables)
+                                .addr(p_tables);
+                            let push = match norm {
+                                Some((_, norm_w, _)) => push.addr(norm_w),
+                                None => push,
+                            };
+                            let push = push
                                 .u32(w.cols as u32)
                                 .u32(meta_offset as u32)
                                 .u32(mode as u32)
@@ -958,7 +1005,11 @@ impl VulkanPlan {
                                 .u32((stride / 2) as u32)
                                 .u32(block_size as u32)
                                 .u32((w.rows / 2) as u32);
-                            rec.dispatch(Kernel::MatVecIntRope(w.layout.format, layout), &push, [(w.rows / 2).div_ceil(layout.groups()) as u32, 1, 1])?;
+                            let groups = (w.rows / 2).div_ceil(layout.groups());
+                            match norm {
+                                Some((_, _, eps)) => rec.dispatch(Kernel::MatVecIntRopeNorm(w.layout.format, layout), &push.f32(eps), [groups.min(persistent_groups(ctx)) as u32, 1, 1])?,
+                                None => rec.dispatch(Kernel::MatVecIntRope(w.layout.format, layout), &push, [groups as u32, 1, 1])?,
+                            }
                         }
                         // Both RoPEs and the store.
                         skip_ops = 3;
@@ -1305,6 +1356,41 @@ fn fused_qkv_rope(ctx: &VulkanContext, graph: &ForwardGraph, weights: &[Option<G
     let same = formats.len() == 3 && formats.iter().all(|f| ActRounding::for_format(*f) == Some(rounding) && uses_int_product(ctx, *f, 1));
     let rows_ok = [(q, hp.n_heads), (k, hp.n_kv_heads), (v, hp.n_kv_heads)].iter().all(|(p, heads)| weights[p.weight.0 as usize].is_some_and(|w| w.rows == heads * hp.head_dim));
     (same && rows_ok).then_some((q.out, *layer))
+}
+
+/// Whether the RMSNorm `ops[at]` can be left to the fused QKV or gate/up product after it (their
+/// NORM_PROLOGUE builds, shaders/matvec_q.comp): one decoding token, the fast integer kernels, a
+/// row the workgroup's shared memory holds in whole blocks, a normalized row that nothing else
+/// reads. `STRATA_VULKAN_NORM_PROLOGUE=1` turns it on (read at each recording, so that a test
+/// can compare both paths); off by default until measured.
+fn norm_prologue_fits(ctx: &VulkanContext, graph: &ForwardGraph, weights: &[Option<GpuWeight>], ops: &[Op], at: usize, n: usize) -> bool {
+    if std::env::var("STRATA_VULKAN_NORM_PROLOGUE").as_deref() != Ok("1") || n != 1 || ctx.exact || !ctx.info.subgroup_quads {
+        return false;
+    }
+    let Some(Op::RmsNorm { input, out, .. }) = ops.get(at) else { return false };
+    let Some(Op::MatMul { input: product_input, outputs }) = ops.get(at + 1) else { return false };
+    let width = graph.buffer(*input).width;
+    let Some(rounding) = one_int_rounding(weights, outputs) else { return false };
+    let block = if rounding == ActRounding::Q8_K { 256 } else { 32 };
+    if product_input != out || width > NORM_PROLOGUE_MAX_ROW || !width.is_multiple_of(block) || ctx.info.max_shared_memory_bytes < NORM_PROLOGUE_SHARED_BYTES {
+        return false;
+    }
+    let fused = fused_qkv_rope(ctx, graph, weights, ops, at + 1, n).is_some() || (fused_swiglu(ctx, weights, ops, at + 1, n).is_some() && std::env::var("STRATA_VULKAN_FUSE_SWIGLU_PRODUCT").as_deref() != Ok("1"));
+    fused && !read_before_written(&ops[at + 2..], *out)
+}
+
+/// The widest row the norm prologue takes (matvec_q.comp, NP_MAX_COLS) and a bound on the
+/// shared memory of those builds (the record copy, the reductions, the partial sums).
+const NORM_PROLOGUE_MAX_ROW: usize = 8192;
+const NORM_PROLOGUE_SHARED_BYTES: u32 = (NORM_PROLOGUE_MAX_ROW / 8 * 8 + NORM_PROLOGUE_MAX_ROW / 32 * 8 + 128 * 4 + 128 * 4 * 4 + 32 * 8) as u32;
+
+/// Workgroups of a product with the norm prologue: each normalizes the row once, then takes
+/// units in turn. `STRATA_VULKAN_PERSISTENT_GROUPS` (1-65535), else 528 (four of 128
+/// invocations per SM of an H200); 8 on a CPU device.
+fn persistent_groups(ctx: &VulkanContext) -> usize {
+    static KNOB: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    let knob = *KNOB.get_or_init(|| std::env::var("STRATA_VULKAN_PERSISTENT_GROUPS").ok().and_then(|v| v.parse().ok()).filter(|g| (1..=65535).contains(g)));
+    knob.unwrap_or(if ctx.info.is_cpu() { 8 } else { 528 })
 }
 
 /// Host-cached memory for the logits unless `STRATA_VULKAN_READBACK=uncached` (for comparison).

@@ -43,6 +43,7 @@ const NAMES: &[&str] = &[
     "tiny",
     "tiny-qwen2",
     "tiny-qwen2-hd128",
+    "tiny-qwen2-wide",
     "tiny-qwen3",
     "smollm2-135m",
     "qwen2.5-0.5b",
@@ -63,6 +64,8 @@ pub fn shape_names() -> &'static [&'static str] {
 ///   short for the K-quants, which fall back to Q8_0).
 /// - `tiny-qwen2`, `tiny-qwen3`: the same idea for the other architectures, width 256 so that
 ///   every type applies.
+/// - `tiny-qwen2-hd128`: Qwen2.5-7B's head geometry at test size; `tiny-qwen2-wide`: a row of
+///   1,280 (five 256-blocks, more than a 128-invocation workgroup holds at eight elements each).
 /// - `smollm2-135m`, `qwen2.5-0.5b`, `qwen3-0.6b`, `qwen2.5-7b`, `qwen3-8b`, `llama3-8b`: the
 ///   dimensions of the real models of those names.
 pub fn shape_by_name(name: &str) -> Option<SynthShape> {
@@ -105,6 +108,14 @@ pub fn shape_by_name(name: &str) -> Option<SynthShape> {
             rms_eps: 1e-6,
             tokenizer_pre: "qwen2",
             ..s(Qwen2, 2, 896, 1024, 7, 1, 128, 1024)
+        },
+        // Rows wider than a workgroup's eight-element runs cover in one pass (1,024).
+        "tiny-qwen2-wide" => SynthShape {
+            context_length: 2048,
+            rope_base: 1e6,
+            rms_eps: 1e-6,
+            tokenizer_pre: "qwen2",
+            ..s(Qwen2, 2, 1280, 1536, 10, 2, 128, 1024)
         },
         "tiny-qwen3" => SynthShape {
             context_length: 2048,

@@ -51,6 +51,9 @@ layout(push_constant) uniform Push {
     uint64_t seq_of_token;
     uint64_t table_offsets;
     uint64_t tables;
+#if defined(NORM_PROLOGUE)
+    uint64_t norm_w;
+#endif
     uint cols;
     uint meta_offset;
     // 0: Q, 1: K, 2: V (stored, not rotated).
@@ -62,6 +65,9 @@ layout(push_constant) uniform Push {
     uint block_size;
     // Rotation pairs (rows / 2) in all.
     uint units;
+#if defined(NORM_PROLOGUE)
+    float eps;
+#endif
 } pc;
 #elif defined(SWIGLU_PAIR)
 // The gate and up projections of one decoding token with SwiGLU and the quantization for the
@@ -79,10 +85,16 @@ layout(push_constant) uniform Push {
     uint64_t act;
     uint64_t records;
     uint64_t counters;
+#if defined(NORM_PROLOGUE)
+    uint64_t norm_w;
+#endif
     uint cols;
     uint meta_offset;
     uint rows;
     uint out_meta_offset;
+#if defined(NORM_PROLOGUE)
+    float eps;
+#endif
 } pc;
 #else
 layout(push_constant) uniform Push {
@@ -104,6 +116,27 @@ layout(push_constant) uniform Push {
 #endif
 
 layout(buffer_reference, std430, buffer_reference_align = 8) buffer U32x2s { uvec2 v[]; };
+
+#if defined(NORM_PROLOGUE)
+// The RMSNorm before the product in the product's own workgroups: each one normalizes the
+// residual row (`x` in the push constants) and quantizes it into shared memory as the record
+// rms_norm_q.comp would write (the same quantizer; the sum of squares in another order), then
+// takes units in turn (a few resident workgroups walk all of them: PERSISTENT), so the norm costs
+// each workgroup one read of the row instead of a stage of its own. One decoding token.
+#if !defined(QKV_ROPE) && !defined(SWIGLU_PAIR)
+#error "the norm prologue is built for the fused QKV and gate/up products"
+#endif
+#define PERSISTENT
+#define NP_MAX_COLS 8192
+// Word k (quants 4k..4k+3) of item i at np_words[k * NP_ITEMS + i]: a lane reads its item's
+// words while its neighbours read theirs from the next banks (the record's own layout, an item's
+// 32 bytes together, put eight lanes on one bank).
+#define NP_ITEMS (NP_MAX_COLS / 32)
+shared uint np_words[8 * NP_ITEMS];
+shared uvec2 np_meta[NP_ITEMS];
+shared float np_red[WG];
+layout(buffer_reference, std430, buffer_reference_align = 16) buffer Vec4s { vec4 v[]; };
+#endif
 
 #include "matvec_q_items.glsl"
 
@@ -132,6 +165,76 @@ shared uint ticket;
 #else
 #define W_OF(r) pc.w
 #define AUX_OF(r) pc.aux
+#if defined(NORM_PROLOGUE)
+#if defined(ACT_Q8_K)
+#define SEG 256
+#else
+#define SEG 32
+#endif
+#define QL_BLOCKS (WG * 8 / 32)
+#include "quantize_lanes.glsl"
+#endif
+#endif
+
+#if defined(NORM_PROLOGUE)
+void norm_prologue() {
+    uint n_words = pc.cols / 4;
+    Vec4s x = Vec4s(pc.x);
+    Vec4s w = Vec4s(pc.norm_w);
+    float s = 0.0;
+    for (uint word = gl_LocalInvocationID.x; word < n_words; word += WG) {
+        vec4 v = x.v[word];
+        s += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    }
+    s = subgroupAdd(s);
+    if (subgroupElect()) {
+        np_red[gl_SubgroupID] = s;
+    }
+    barrier();
+    float total = 0.0;
+    for (uint k = 0; k < gl_NumSubgroups; k++) {
+        total += np_red[k];
+    }
+    float mean = total / float(pc.cols);
+    precise float m_eps = mean + pc.eps;
+    float scale = div_rn(1.0, sqrt_rn(m_eps));
+    uint slot = ql_slot();
+    // Runs of eight elements an invocation, WG * 8 elements a pass (rows are whole blocks).
+    for (uint base = 0; base < pc.cols; base += WG * 8) {
+        uint e0 = base + 8 * slot;
+        float v[QL_E];
+        [[unroll]] for (uint h = 0; h < 2; h++) {
+            uint word = e0 / 4 + h;
+            vec4 xv = e0 < pc.cols ? x.v[word] : vec4(0.0);
+            vec4 wv = e0 < pc.cols ? w.v[word] : vec4(0.0);
+            precise vec4 scaled = xv * scale;
+            precise vec4 weighted = scaled * wv;
+            [[unroll]] for (uint e = 0; e < 4; e++) {
+                v[4 * h + e] = weighted[e];
+            }
+        }
+        vec2 block = ql_block_max(v, slot);
+#if SEG == 256
+        barrier();
+#endif
+        uvec2 packed;
+        uvec2 meta;
+        ql_encode(v, block, slot, packed, meta);
+        if (e0 < pc.cols) {
+            uint k = (e0 % 32) / 4;
+            np_words[k * NP_ITEMS + e0 / 32] = packed.x;
+            np_words[(k + 1) * NP_ITEMS + e0 / 32] = packed.y;
+            if ((gl_SubgroupInvocationID & 3u) == 0u) {
+                np_meta[e0 / 32] = meta;
+            }
+        }
+#if SEG == 256
+        // ql_block is the next pass's.
+        barrier();
+#endif
+    }
+    barrier();
+}
 #endif
 
 shared float partials[WG][ROWS * NT];
@@ -153,11 +256,13 @@ uvec2 pair_rows(uint pair, out bool rotated, out uint angle) {
 }
 #endif
 
-void main() {
+// The workgroup's share of the product: `wg`'s units (a dispatch's workgroup, or in PERSISTENT
+// builds each of the units' workgroups a resident workgroup takes in turn).
+void units_of(uint wg) {
     uint tid = gl_LocalInvocationID.x;
     uint group = tid / TPR;
     uint lane = tid % TPR;
-    uint unit = gl_WorkGroupID.x * GROUPS + group;
+    uint unit = wg * GROUPS + group;
 #if defined(QKV_ROPE)
     bool rotated;
     uint angle;
@@ -335,7 +440,7 @@ void main() {
     // dispatch of its own: the fence and ticket per workgroup cost more than that dispatch.)
     // A workgroup's units lie in one chunk (GROUPS divides 256); it counts the valid ones.
     barrier();
-    uint first = gl_WorkGroupID.x * GROUPS;
+    uint first = wg * GROUPS;
     uint chunk = first / 256;
     uint valid = min(first + GROUPS, pc.rows) - first;
     if (tid == 0) {
@@ -375,5 +480,25 @@ void main() {
             F32s(pc.out_).v[at] = pc.accumulate != 0 ? F32s(pc.out_).v[at] + r : r;
         }
     }
+#endif
+}
+
+void main() {
+#if defined(PERSISTENT)
+#if defined(NORM_PROLOGUE)
+    norm_prologue();
+#endif
+#if defined(QKV_ROPE)
+    uint n_groups = (pc.units + GROUPS - 1) / GROUPS;
+#else
+    uint n_groups = (pc.rows + GROUPS * PAIRS - 1) / (GROUPS * PAIRS);
+#endif
+    for (uint wg = gl_WorkGroupID.x; wg < n_groups; wg += gl_NumWorkGroups.x) {
+        units_of(wg);
+        // The next units' sums go where this one's were read.
+        barrier();
+    }
+#else
+    units_of(gl_WorkGroupID.x);
 #endif
 }

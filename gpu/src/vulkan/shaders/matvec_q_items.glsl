@@ -21,7 +21,25 @@ float x_scale(uvec2 meta) {
 #endif
 }
 
-#if !defined(TYPE_Q6_K)
+// The activation record's 8-byte words and block metadata: in device memory, or (NORM_PROLOGUE
+// builds of matvec_q.comp) in the workgroup's own copy in shared memory, np_words / np_meta.
+#if defined(NORM_PROLOGUE)
+// (Pair i: words 2 (i % 4) and the next of item i / 4.)
+#define X_PAIR(rec, i) uvec2(np_words[(2 * ((i) % 4)) * NP_ITEMS + (i) / 4], np_words[(2 * ((i) % 4) + 1) * NP_ITEMS + (i) / 4])
+#define X_META(rec, i) np_meta[i]
+#else
+#define X_PAIR(rec, i) U32x2s(rec).v[i]
+#define X_META(rec, i) U32x2s(rec).v[i]
+#endif
+
+#if !defined(TYPE_Q6_K) && defined(NORM_PROLOGUE)
+void load_x(uint64_t rec, uint meta_offset, uint item, out uint xq[8], out uvec2 meta) {
+    [[unroll]] for (uint k = 0; k < 8; k++) {
+        xq[k] = np_words[k * NP_ITEMS + item];
+    }
+    meta = np_meta[item];
+}
+#elif !defined(TYPE_Q6_K)
 void load_x(uint64_t rec, uint meta_offset, uint item, out uint xq[8], out uvec2 meta) {
     uvec4 a = U32x4s(rec).v[2 * item];
     uvec4 b = U32x4s(rec).v[2 * item + 1];
@@ -125,12 +143,12 @@ uint q6_item_offset(uint item, uint g) {
 
 void load_x(uint64_t rec, uint meta_offset, uint item, out uint xq[8], out uvec2 meta) {
     [[unroll]] for (uint g = 0; g < 4; g++) {
-        uvec2 v = U32x2s(rec).v[q6_item_offset(item, g) / 8];
+        uvec2 v = X_PAIR(rec, q6_item_offset(item, g) / 8);
         xq[2 * g] = v.x;
         xq[2 * g + 1] = v.y;
     }
     // The super-block's scale (every block of it stores the same).
-    meta = U32x2s(rec + meta_offset).v[(item / 8) * 8];
+    meta = X_META(rec + meta_offset, (item / 8) * 8);
 }
 
 // 6-bit values 0..63 in each byte, minus 32 as signed bytes, without borrows between bytes.

@@ -61,9 +61,10 @@ vec2 ql_block_max(float v[QL_E], uint slot) {
     return vec2(a, s);
 }
 
-// Quantizes the invocation's elements (`e0`: the row index of v[0]; `cols`: the row's length)
-// into the record at `rec`, given its block's ql_block_max.
-void ql_write(float v[QL_E], vec2 block, uint slot, uint e0, uint cols, uint64_t rec, uint meta_offset) {
+// The invocation's eight quants packed in two words and its block's (scale bits, quant sum),
+// given its block's ql_block_max: what ql_write stores. Every invocation of a quad must call it
+// (the sum takes two quad swaps).
+void ql_encode(float v[QL_E], vec2 block, uint slot, out uvec2 packed, out uvec2 meta) {
     int q[QL_E];
 #if SEG == 256
     // The super-block's first largest magnitude, over its eight blocks in order.
@@ -96,17 +97,26 @@ void ql_write(float v[QL_E], vec2 block, uint slot, uint e0, uint cols, uint64_t
     }
 #endif
     int sum = 0;
-    uvec2 packed = uvec2(0);
+    packed = uvec2(0);
     [[unroll]] for (uint e = 0; e < QL_E; e++) {
         sum += q[e];
         packed[e / 4] |= (uint(q[e]) & 0xFFu) << (8 * (e % 4));
     }
     sum += subgroupQuadSwapHorizontal(sum);
     sum += subgroupQuadSwapVertical(sum);
+    meta = uvec2(floatBitsToUint(d), uint(sum));
+}
+
+// Quantizes the invocation's elements (`e0`: the row index of v[0]; `cols`: the row's length)
+// into the record at `rec`, given its block's ql_block_max.
+void ql_write(float v[QL_E], vec2 block, uint slot, uint e0, uint cols, uint64_t rec, uint meta_offset) {
+    uvec2 packed;
+    uvec2 meta;
+    ql_encode(v, block, slot, packed, meta);
     if (e0 < cols) {
         U32x2s(rec).v[e0 / 8] = packed;
         if ((gl_SubgroupInvocationID & 3u) == 0u) {
-            U32x2s(rec + meta_offset).v[e0 / 32] = uvec2(floatBitsToUint(d), uint(sum));
+            U32x2s(rec + meta_offset).v[e0 / 32] = meta;
         }
     }
 }
