@@ -62,6 +62,14 @@ fn kl(p_lp: &[f32], q_lp: &[f32]) -> f64 {
     p_lp.iter().zip(q_lp).map(|(&p, &q)| (p as f64).exp() * (p as f64 - q as f64)).sum()
 }
 
+/// Teacher-forced logits of `tokens` on Vulkan device `i`, one token a step, with the developer
+/// switch `knob` set to `value` (nextest runs each test in a process of its own; the plan reads
+/// its switches when it is made or records).
+fn vulkan_logits_with(model: &Arc<LoadedModel>, i: u32, knob: &str, value: &str, tokens: &[u32]) -> Vec<f32> {
+    std::env::set_var(knob, value);
+    engine_with_ubatch(model, DeviceKind::Vulkan(i), DeviceKind::Vulkan(i), 1).teacher_forced_logits(tokens).expect("vulkan")
+}
+
 /// Mean KL of `got` from `want` (logits of `vocab` per position) and top-1 agreements, over
 /// `positions`.
 fn kl_and_top1(want: &[f32], got: &[f32], vocab: usize, positions: std::ops::Range<usize>) -> (f64, usize) {
@@ -235,13 +243,8 @@ fn vulkan_norm_in_the_products_agrees_with_the_norm_stage() {
     for (name, model) in models {
         let vocab = model.hparams.vocab_size;
         let tokens: Vec<u32> = (0..80u32).map(|i| (i * 7919 + 13) % vocab as u32).collect();
-        let run = |prologue: &str| {
-            // nextest runs each test in a process of its own; the plan reads this when it records.
-            std::env::set_var("STRATA_VULKAN_NORM_PROLOGUE", prologue);
-            engine_with_ubatch(&model, DeviceKind::Vulkan(i), DeviceKind::Vulkan(i), 1).teacher_forced_logits(&tokens).expect("vulkan")
-        };
-        let stage = run("0");
-        let prologue = run("1");
+        let stage = vulkan_logits_with(&model, i, "STRATA_VULKAN_NORM_PROLOGUE", "0", &tokens);
+        let prologue = vulkan_logits_with(&model, i, "STRATA_VULKAN_NORM_PROLOGUE", "1", &tokens);
         let cpu = engine_with_ubatch(&model, DeviceKind::Cpu, DeviceKind::Cpu, 1).teacher_forced_logits(&tokens).expect("cpu");
         // On the default model's 30 layers the other summation order shows: the prologue ran.
         // (The small models' records can come out the same bit for bit.)
@@ -274,13 +277,8 @@ fn vulkan_long_context_attention_agrees_with_the_per_head_kernel() {
     for (name, model) in models {
         let vocab = model.hparams.vocab_size;
         let tokens: Vec<u32> = (0..80u32).map(|i| (i * 7919 + 13) % vocab as u32).collect();
-        let run = |from: &str| {
-            // nextest runs each test in a process of its own; the plan reads this when it is made.
-            std::env::set_var("STRATA_ATTENTION_GQA_FROM", from);
-            engine_with_ubatch(&model, DeviceKind::Vulkan(i), DeviceKind::Vulkan(i), 1).teacher_forced_logits(&tokens).expect("vulkan")
-        };
-        let per_head = run("off");
-        let gqa = run(&FROM.to_string());
+        let per_head = vulkan_logits_with(&model, i, "STRATA_ATTENTION_GQA_FROM", "off", &tokens);
+        let gqa = vulkan_logits_with(&model, i, "STRATA_ATTENTION_GQA_FROM", &FROM.to_string(), &tokens);
         let cpu = engine_with_ubatch(&model, DeviceKind::Cpu, DeviceKind::Cpu, 1).teacher_forced_logits(&tokens).expect("cpu");
         // Position p attends over p + 1 positions.
         let before = (FROM - 1) * vocab;

@@ -910,50 +910,29 @@ impl VulkanPlan {
                         let (Some(g), Some(u)) = (weights[gate.weight.0 as usize], weights[up.weight.0 as usize]) else { unreachable!("checked by fused_swiglu") };
                         let (_, out_meta_offset) = int_act_record(g.rows);
                         let layout = product_layout(ctx, g.cols);
-                        let push = Push::new()
-                            .addr(g.address)
-                            .addr(g.aux())
-                            .addr(u.address)
-                            .addr(u.aux())
-                            .addr(records_at.unwrap_or(rounded[ActRounding::for_format(g.layout.format).map_or(0, |r| r as usize)].address))
-                            .addr(addr_of(act))
-                            .addr(rounded_alt.address)
-                            .addr(counters.address)
-                            .u32(g.cols as u32)
-                            .u32(meta_offset as u32)
-                            .u32(g.rows as u32)
-                            .u32(out_meta_offset as u32);
+                        // The products' input: the records, or with the RMSNorm in their own
+                        // workgroups its input row (the norm's weight and eps then follow).
+                        let x = match norm {
+                            Some((x, _, _)) => x,
+                            None => records_at.unwrap_or(rounded[ActRounding::for_format(g.layout.format).map_or(0, |r| r as usize)].address),
+                        };
+                        let push = Push::new().addr(g.address).addr(g.aux()).addr(u.address).addr(u.aux()).addr(x).addr(addr_of(act)).addr(rounded_alt.address).addr(counters.address);
+                        let push = match norm {
+                            Some((_, norm_w, _)) => push.addr(norm_w),
+                            None => push,
+                        };
+                        let push = push.u32(g.cols as u32).u32(meta_offset as u32).u32(g.rows as u32).u32(out_meta_offset as u32);
                         skip_ops = 1;
-                        if let Some((x, norm_w, eps)) = norm {
-                            // As below, with the RMSNorm in the products' workgroups.
-                            let pairs = swiglu_pairs(g.layout.format);
-                            let push = Push::new()
-                                .addr(g.address)
-                                .addr(g.aux())
-                                .addr(u.address)
-                                .addr(u.aux())
-                                .addr(x)
-                                .addr(addr_of(act))
-                                .addr(rounded_alt.address)
-                                .addr(counters.address)
-                                .addr(norm_w)
-                                .u32(g.cols as u32)
-                                .u32(meta_offset as u32)
-                                .u32(g.rows as u32)
-                                .u32(out_meta_offset as u32)
-                                .f32(eps);
-                            let groups = g.rows.div_ceil(layout.groups() * pairs as usize).min(persistent_groups(ctx));
-                            rec.dispatch(Kernel::MatVecIntSwiGluF32Norm(g.layout.format, layout, pairs), &push, [groups as u32, 1, 1])?;
-                            rec.barrier();
-                            let (record_bytes, meta) = int_act_record(g.rows);
-                            let quantize = Push::new().addr(addr_of(act)).addr(rounded[r as usize].address).u32(g.rows as u32).u32(g.rows as u32).u32(1).u32(record_bytes as u32).u32(meta as u32);
-                            rec.dispatch(Kernel::QuantizeActInt(r), &quantize, int_quantize_groups(1, g.rows))?;
-                            prequantized = Some(rounded[r as usize].address);
-                        } else if std::env::var("STRATA_VULKAN_FUSE_SWIGLU_PRODUCT").as_deref() != Ok("1") {
+                        // (`norm_prologue_fits` leaves no norm to the ticket form below.)
+                        if norm.is_some() || std::env::var("STRATA_VULKAN_FUSE_SWIGLU_PRODUCT").as_deref() != Ok("1") {
                             // The paired products write the f32 SwiGLU row; the quantization is
                             // a dispatch of its own (no tickets: faster on the H200).
                             let pairs = swiglu_pairs(g.layout.format);
-                            rec.dispatch(Kernel::MatVecIntSwiGluF32(g.layout.format, layout, pairs), &push, [g.rows.div_ceil(layout.groups() * pairs as usize) as u32, 1, 1])?;
+                            let groups = g.rows.div_ceil(layout.groups() * pairs as usize);
+                            match norm {
+                                Some((_, _, eps)) => rec.dispatch(Kernel::MatVecIntSwiGluF32Norm(g.layout.format, layout, pairs), &push.f32(eps), [groups.min(persistent_groups(ctx)) as u32, 1, 1])?,
+                                None => rec.dispatch(Kernel::MatVecIntSwiGluF32(g.layout.format, layout, pairs), &push, [groups as u32, 1, 1])?,
+                            }
                             rec.barrier();
                             let (record_bytes, meta) = int_act_record(g.rows);
                             let quantize = Push::new().addr(addr_of(act)).addr(rounded[r as usize].address).u32(g.rows as u32).u32(g.rows as u32).u32(1).u32(record_bytes as u32).u32(meta as u32);
