@@ -93,6 +93,22 @@ fn main() {
             build(&format!("matvec_swiglu_norm_{ty}_f32_p2"), &[&t, "NT=1", "ROWS=4", "PAIRS=2", "SWIGLU_PAIR", act, "NO_TICKET", "NORM_PROLOGUE"]);
         }
     }
+    // The feed-forward half of a decoding layer in one dispatch (ffn_persistent.comp), in the
+    // staged kernels' layouts (kernels.rs, FfnLayout): gate/up with 64 lanes a row, two output
+    // rows a group for Q4_K; down with 128 lanes a row and two items in flight (long rows: four
+    // rows a workgroup for Q4_K, else two) or with 64 lanes a row, two rows a group (short rows).
+    for ty in INT_TYPES {
+        let t = format!("TYPE_{ty}");
+        let act = if matches!(*ty, "Q4_K" | "Q6_K") { "ACT_Q8_K" } else { "ACT_Q8_0" };
+        let pairs = if *ty == "Q4_K" { "GU_PAIRS=2" } else { "GU_PAIRS=1" };
+        let long_rows = if *ty == "Q4_K" { "DOWN_ROWS=4" } else { "DOWN_ROWS=2" };
+        let ty = ty.to_lowercase();
+        let common = [t.as_str(), act, pairs, "GU_GROUPS=2"];
+        let long = [long_rows, "DOWN_GROUPS=1", "DOWN_UNROLL2=1"];
+        let short = ["DOWN_ROWS=2", "DOWN_GROUPS=2", "DOWN_UNROLL2=0"];
+        compile_with(&glslc, "ffn_persistent", &format!("ffn_persistent_{ty}_long"), &[&common[..], &long[..]].concat(), &out);
+        compile_with(&glslc, "ffn_persistent", &format!("ffn_persistent_{ty}_short"), &[&common[..], &short[..]].concat(), &out);
+    }
     // The integer tiled product of prefill chunks (matmul_q.comp), in each tile shape
     // (kernels.rs, GemmTile): (file suffix, defines).
     for ty in INT_TYPES {

@@ -259,6 +259,37 @@ fn vulkan_norm_in_the_products_agrees_with_the_norm_stage() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A layer's feed-forward half in one dispatch with grid barriers between its stages
+/// (`STRATA_VULKAN_PERSISTENT_FFN=1`, ffn_persistent.comp; one workgroup on a CPU device, which
+/// takes every virtual workgroup of each stage in turn) computes the staged kernels' bits. The
+/// default model (Q8_0-style records, down with 64 lanes a row), Qwen2 1,280 wide (Q8_K
+/// records, the norm in two passes) and Qwen2 with FFN rows of 4,608 (down with 128 lanes a row
+/// and two items in flight, as a 7B shape's); 80 positions, one token a step.
+#[test]
+fn vulkan_persistent_feed_forward_computes_the_staged_bits() {
+    let Some(i) = vulkan_index() else { return };
+    let dir = std::env::temp_dir().join(format!("strata-vulkan-persistent-ffn-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let models = [
+        ("default", Arc::new(LoadedModel::load(&common::default_model()).expect("the default model loads"))),
+        ("tiny-qwen2-wide", synthetic_model(&dir, "tiny-qwen2-wide", strata_quant::GgmlType::Q4_K, 5)),
+        ("tiny-qwen2-long-ff", synthetic_model(&dir, "tiny-qwen2-long-ff", strata_quant::GgmlType::Q4_K, 7)),
+    ];
+    for (name, model) in models {
+        let vocab = model.hparams.vocab_size;
+        let tokens: Vec<u32> = (0..80u32).map(|i| (i * 7919 + 13) % vocab as u32).collect();
+        let staged = vulkan_logits_with(&model, i, "STRATA_VULKAN_PERSISTENT_FFN", "0", &tokens);
+        let recorded = strata_gpu::vulkan::persistent_ffn_recorded();
+        let persistent = vulkan_logits_with(&model, i, "STRATA_VULKAN_PERSISTENT_FFN", "1", &tokens);
+        let layers = model.hparams.n_layers as u64;
+        assert!(strata_gpu::vulkan::persistent_ffn_recorded() >= recorded + layers, "{name}: the feed-forward halves were not recorded as one dispatch each");
+        let differ = persistent.iter().zip(&staged).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+        eprintln!("{name}: {differ} of {} logits differ from the staged kernels'", staged.len());
+        assert_eq!(differ, 0, "{name}: the persistent feed-forward half changes {differ} logits");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Decode attention through the long-context kernel (a workgroup per KV head,
 /// attention_decode_gqa.comp), switched on from 40 positions for this test: the logits of the
 /// tokens before that are the per-head kernel's bit for bit, and the others are as close to the

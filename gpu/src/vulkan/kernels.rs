@@ -111,6 +111,23 @@ pub enum Kernel {
     SwiGluInt(ActRounding),
     /// The merge of attention's split results that also writes them as 8-bit records.
     AttentionCombineInt(ActRounding),
+    /// A decoding layer's feed-forward half for one token (RMSNorm with quantization, gate/up
+    /// with SwiGLU, quantization, down added into the residual) in one dispatch of resident
+    /// workgroups with grid barriers between the stages (ffn_persistent.comp): the staged
+    /// kernels' bits, in their layouts.
+    FfnPersistent(WeightFormat, FfnLayout),
+}
+
+/// The down projection's layout in [`Kernel::FfnPersistent`] (gate/up always takes 64 lanes a
+/// row, two output rows a group for Q4_K): that of the staged one-token kernel for the row length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FfnLayout {
+    /// 128 lanes a row, two items in flight ([`Kernel::MatVecInt1Unrolled`]: four rows a
+    /// workgroup for Q4_K, else two).
+    LongRows,
+    /// 64 lanes a row, two rows a group ([`Kernel::MatVecInt1`] with two rows,
+    /// [`ProductLayout::Lanes64`]).
+    ShortRows,
 }
 
 /// How activations are rounded before a product with a weight (the CPU device's activation
@@ -368,6 +385,8 @@ impl Kernel {
             Kernel::ReadBandwidth => spv!("read_bandwidth"),
             Kernel::PrefetchL2 => spv!("prefetch_l2"),
             Kernel::StageChain => spv!("stage_chain"),
+            Kernel::FfnPersistent(f, FfnLayout::LongRows) => per_int_format!(f, "ffn_persistent", "_long"),
+            Kernel::FfnPersistent(f, FfnLayout::ShortRows) => per_int_format!(f, "ffn_persistent", "_short"),
             Kernel::QuantizeAct(ActRounding::Q8_0) => rounding!("quantize_act_q8_0", v),
             Kernel::QuantizeAct(ActRounding::Q8_K) => rounding!("quantize_act_q8_k", v),
             Kernel::QuantizeActInt(ActRounding::Q8_0) => rounding!("quantize_act_int_q8_0", v),
@@ -595,14 +614,17 @@ impl Recorder<'_> {
         unsafe { self.device.cmd_write_timestamp(self.cb, vk::PipelineStageFlags::BOTTOM_OF_PIPE, pool, index) };
     }
 
-    /// Copies `bytes` from `src` to a host-readable `dst`, after every earlier shader write.
-    pub fn copy_to_host(&mut self, src: vk::Buffer, src_offset: u64, dst: vk::Buffer, bytes: u64) {
+    /// Copies regions (source buffer, source offset, destination offset, bytes) to a
+    /// host-readable `dst`, after every earlier shader write.
+    pub fn copy_to_host(&mut self, copies: &[(vk::Buffer, u64, u64, u64)], dst: vk::Buffer) {
         let before = vk::MemoryBarrier::default().src_access_mask(vk::AccessFlags::SHADER_WRITE).dst_access_mask(vk::AccessFlags::TRANSFER_READ);
         let after = vk::MemoryBarrier::default().src_access_mask(vk::AccessFlags::TRANSFER_WRITE).dst_access_mask(vk::AccessFlags::HOST_READ);
         // SAFETY: recording; both buffers are live and the region lies inside both.
         unsafe {
             self.device.cmd_pipeline_barrier(self.cb, vk::PipelineStageFlags::COMPUTE_SHADER, vk::PipelineStageFlags::TRANSFER, vk::DependencyFlags::empty(), &[before], &[], &[]);
-            self.device.cmd_copy_buffer(self.cb, src, dst, &[vk::BufferCopy { src_offset, dst_offset: 0, size: bytes }]);
+            for &(src, src_offset, dst_offset, size) in copies {
+                self.device.cmd_copy_buffer(self.cb, src, dst, &[vk::BufferCopy { src_offset, dst_offset, size }]);
+            }
             self.device.cmd_pipeline_barrier(self.cb, vk::PipelineStageFlags::TRANSFER, vk::PipelineStageFlags::HOST, vk::DependencyFlags::empty(), &[after], &[], &[]);
         }
     }

@@ -21,7 +21,7 @@ pub mod probe;
 
 pub use context::{list_devices, ContextOptions, DeviceInfo, VulkanContext};
 pub use memory::VulkanKvMemory;
-pub use plan::{KvSource, VulkanOptions, VulkanPlan};
+pub use plan::{persistent_ffn_recorded, KvSource, VulkanOptions, VulkanPlan};
 
 use crate::DeviceError;
 

@@ -14,7 +14,7 @@ use strata_model::RopeStyle;
 
 use super::context::VulkanContext;
 use super::conv::{self, GpuLayout};
-use super::kernels::{int_quantize_groups, ActRounding, GemmTile, Kernel, Pipelines, ProductLayout, Push, Recorder, WeightFormat};
+use super::kernels::{int_quantize_groups, ActRounding, FfnLayout, GemmTile, Kernel, Pipelines, ProductLayout, Push, Recorder, WeightFormat};
 use super::memory::{Buffer, DeviceArena, MemoryKind, Slice, Timeline, Uploader, VulkanKvMemory};
 use super::vk_error;
 use crate::kv_memory::HostKvMemory;
@@ -388,6 +388,10 @@ pub struct VulkanPlan {
     gqa_from: u32,
     opts: VulkanOptions,
     weight_bytes: u64,
+    /// Whether a recorded step has grid barriers (ffn_persistent.comp), and the give-ups its
+    /// dispatches had counted when the last step was checked.
+    grid_barriers: bool,
+    give_ups_seen: u32,
     ctx: Arc<VulkanContext>,
 }
 
@@ -631,8 +635,9 @@ impl VulkanPlan {
         sizes.push(rounded_bytes);
         sizes.push(rounded_bytes);
         sizes.push(rounded_bytes);
-        // The counters, then the L2 prefetch's sink word.
-        sizes.push(counter_bytes(&graph) + 16);
+        // The counters, then the L2 prefetch's sink word, then the grid barriers' words
+        // (ffn_persistent.comp: arrivals, departures, give-ups).
+        sizes.push(counter_bytes(&graph) + 16 + GRID_SYNC_BYTES);
         let mut slices = arena.alloc_all(&sizes)?;
         let counters = slices.pop().expect("allocated");
         let rounded_alt = slices.pop().expect("allocated");
@@ -648,6 +653,8 @@ impl VulkanPlan {
             table.extend(s);
         }
         uploader.upload(arena.buffer(&rope_table), rope_table.offset, &conv::f32_bytes(&table))?;
+        // The grid barriers count from zero (each dispatch leaves its counters at zero).
+        uploader.upload(arena.buffer(&counters), counters.offset + counter_bytes(&graph) + 16, &[0u8; GRID_SYNC_BYTES as usize])?;
         uploader.flush()?;
 
         let max_blocks_per_seq = opts.max_context.div_ceil(opts.block_size);
@@ -655,7 +662,8 @@ impl VulkanPlan {
         let param_layout = ParamLayout::new(opts.max_batch_tokens, opts.max_outputs, max_seqs, max_blocks_per_seq);
         let params = Buffer::new(ctx, (param_layout.total * 4) as u64, MemoryKind::HostVisible, "step parameters")?;
         let params_device = Buffer::new(ctx, (param_layout.total * 4) as u64, MemoryKind::DeviceLocal, "step parameters (device copy)")?;
-        let readback = Buffer::new(ctx, (opts.max_outputs * hp.vocab_size * 4) as u64, readback_kind(), "logits readback")?;
+        // The logits, then the grid barriers' give-up count.
+        let readback = Buffer::new(ctx, (opts.max_outputs * hp.vocab_size * 4) as u64 + 4, readback_kind(), "logits readback")?;
         tracing::info!(device = %ctx.name(), weights_mib = weight_bytes >> 20, device_mib = arena.allocated_bytes() >> 20, "Vulkan plan compiled");
         Ok(VulkanPlan {
             commands: CommandCache::new(ctx)?,
@@ -681,6 +689,8 @@ impl VulkanPlan {
             gqa_from: gqa_attention_from(ctx, hp.n_heads, hp.n_kv_heads, hp.head_dim),
             opts: VulkanOptions { max_seqs, ..opts },
             weight_bytes,
+            grid_barriers: false,
+            give_ups_seen: 0,
             ctx: ctx.clone(),
         })
     }
@@ -769,7 +779,7 @@ impl VulkanPlan {
         // SAFETY: a fresh command buffer.
         unsafe { self.ctx.device.begin_command_buffer(cb, &vk::CommandBufferBeginInfo::default()) }.map_err(|e| vk_error(&name, "vkBeginCommandBuffer", e))?;
         let ops = std::mem::take(&mut self.graph.ops);
-        let result = self.record_ops(cb, &ops, n, n_out);
+        let result = self.record_ops(cb, &ops, n, n_out).map(|grid| self.grid_barriers |= grid);
         self.graph.ops = ops;
         // SAFETY: recording began above.
         let ended = unsafe { self.ctx.device.end_command_buffer(cb) };
@@ -782,7 +792,8 @@ impl VulkanPlan {
         Ok(cb)
     }
 
-    fn record_ops(&mut self, cb: vk::CommandBuffer, ops: &[Op], n: usize, n_out: usize) -> Result<(), DeviceError> {
+    /// Records the step's ops into `cb`; returns whether it has grid barriers.
+    fn record_ops(&mut self, cb: vk::CommandBuffer, ops: &[Op], n: usize, n_out: usize) -> Result<bool, DeviceError> {
         let hp = self.graph.hparams.clone();
         let pl = self.param_layout;
         let (p_tokens, p_pos, p_seq, p_rows, p_toff, p_tables, p_header) =
@@ -827,6 +838,8 @@ impl VulkanPlan {
         let mut fused = [0usize; 3];
         let prefetch = if n <= INT_MAX_TOKENS { prefetch_bytes() } else { 0 };
         let sink = counters.address + counter_bytes(graph);
+        let grid_sync = sink + 16;
+        let mut grid_barriers = false;
         for (op_index, op) in ops.iter().enumerate() {
             if skip_ops > 0 {
                 skip_ops -= 1;
@@ -846,6 +859,43 @@ impl VulkanPlan {
                     let rows = rows_of(graph, *input);
                     let width = graph.buffer(*input).width as u32;
                     let w = weights[weight.0 as usize].map_or(0, |w| w.address);
+                    if let Some(f) = persistent_ffn(ctx, graph, weights, ops, op_index, n) {
+                        // The layer's feed-forward half in one dispatch (the norm, gate/up with
+                        // SwiGLU, the quantization, down with the residual add).
+                        let (g, u, d) = (f.gate, f.up, f.down);
+                        let (_, x_meta) = int_act_record(width as usize);
+                        let (_, act_meta) = int_act_record(g.rows);
+                        let push = Push::new()
+                            .addr(addr_of(*input))
+                            .addr(w)
+                            .addr(rounded[f.rounding as usize].address)
+                            .addr(g.address)
+                            .addr(g.aux())
+                            .addr(u.address)
+                            .addr(u.aux())
+                            .addr(addr_of(f.act))
+                            .addr(rounded_alt.address)
+                            .addr(d.address)
+                            .addr(d.aux())
+                            .addr(f.down_bias)
+                            .addr(grid_sync)
+                            .u32(width)
+                            .u32(g.rows as u32)
+                            .u32(x_meta as u32)
+                            .u32(act_meta as u32)
+                            .u32(GRID_SPIN_LIMIT)
+                            .f32(hp.rms_eps);
+                        rec.dispatch(Kernel::FfnPersistent(g.layout.format, f.layout), &push, [grid_groups(ctx) as u32, 1, 1])?;
+                        PERSISTENT_FFN_RECORDED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        // Gate/up, SwiGLU, down and the add.
+                        skip_ops = 4;
+                        grid_barriers = true;
+                        rec.barrier();
+                        if let Some((pool, _)) = profile_pool {
+                            rec.timestamp(pool, op_index as u32 + 1);
+                        }
+                        continue;
+                    }
                     if norm_prologue_fits(ctx, graph, weights, ops, op_index, n) {
                         // The product after it normalizes the row in its own workgroups: no
                         // stage, no barrier here.
@@ -1209,11 +1259,17 @@ impl VulkanPlan {
         tracing::debug!(tokens = n, fused_qkv = fused[0], fused_swiglu = fused[1], fused_attention = fused[2], "recorded a step");
         let logits = &bufs[graph.logits.0 as usize];
         let bytes = (n_out * hp.vocab_size * 4) as u64;
-        rec.copy_to_host(self.arena.buffer(logits), logits.offset, self.readback.buffer, bytes);
+        let mut copies = vec![(self.arena.buffer(logits), logits.offset, 0, bytes)];
+        if grid_barriers {
+            // The give-up count, after the largest step's logits.
+            let give_ups = grid_sync + 8 - counters.address;
+            copies.push((counters_buffer, counters.offset + give_ups, (self.opts.max_outputs * hp.vocab_size * 4) as u64, 4));
+        }
+        rec.copy_to_host(&copies, self.readback.buffer);
         if let Some((pool, _)) = profile_pool {
             rec.timestamp(pool, n_graph_ops + 1);
         }
-        Ok(())
+        Ok(grid_barriers)
     }
 }
 
@@ -1362,6 +1418,85 @@ fn norm_prologue_fits(ctx: &VulkanContext, graph: &ForwardGraph, weights: &[Opti
 /// shared memory of those builds (the record copy, the reductions, the partial sums).
 const NORM_PROLOGUE_MAX_ROW: usize = 8192;
 const NORM_PROLOGUE_SHARED_BYTES: u32 = (NORM_PROLOGUE_MAX_ROW / 8 * 8 + NORM_PROLOGUE_MAX_ROW / 32 * 8 + 128 * 4 + 128 * 4 * 4 + 32 * 8) as u32;
+
+/// Feed-forward halves recorded as one dispatch ([`Kernel::FfnPersistent`]) in this process.
+static PERSISTENT_FFN_RECORDED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many layers' feed-forward halves this process has recorded as one dispatch with grid
+/// barriers (`STRATA_VULKAN_PERSISTENT_FFN=1`): for tests that must know the path was taken.
+pub fn persistent_ffn_recorded() -> u64 {
+    PERSISTENT_FFN_RECORDED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Bytes of the grid barriers' words (arrivals, departures, give-ups, and one that the
+/// prefetches' loads feed but practically never write).
+const GRID_SYNC_BYTES: u64 = 16;
+/// Polls of a grid barrier's counter before it gives up (a device that does not keep every
+/// workgroup resident would otherwise hang): far beyond any wait of a resident dispatch.
+const GRID_SPIN_LIMIT: u32 = 1 << 18;
+
+/// A layer's feed-forward half that [`Kernel::FfnPersistent`] runs in one dispatch.
+struct PersistentFfn {
+    gate: GpuWeight,
+    up: GpuWeight,
+    down: GpuWeight,
+    /// Down's bias (its address), or 0.
+    down_bias: u64,
+    /// The f32 SwiGLU row.
+    act: BufId,
+    /// The 8-bit records' rounding (of the norm's row and of the SwiGLU row).
+    rounding: ActRounding,
+    layout: FfnLayout,
+}
+
+/// Whether the RMSNorm `ops[at]` begins a feed-forward half that one dispatch of
+/// [`Kernel::FfnPersistent`] can run with the staged kernels' bits: one decoding token, the fast
+/// integer kernels, the norm quantizing its row for gate/up (whose f32 output nothing reads), the
+/// fused gate/up with SwiGLU in its default form, the down projection added into the norm's
+/// input, all three weights of one format, in the layouts ffn_persistent.comp is built for. `STRATA_VULKAN_PERSISTENT_FFN=1` turns it on (read at each recording, so a test can
+/// compare both paths); off by default until measured.
+fn persistent_ffn(ctx: &VulkanContext, graph: &ForwardGraph, weights: &[Option<GpuWeight>], ops: &[Op], at: usize, n: usize) -> Option<PersistentFfn> {
+    if std::env::var("STRATA_VULKAN_PERSISTENT_FFN").as_deref() != Ok("1") || n != 1 || ctx.exact || !ctx.info.subgroup_quads || std::env::var("STRATA_VULKAN_FUSE_SWIGLU_PRODUCT").as_deref() == Ok("1") {
+        return None;
+    }
+    let Some(Op::RmsNorm { input, out, .. }) = ops.get(at) else { return None };
+    let Some(Op::MatMul { input: gate_up_input, outputs }) = ops.get(at + 1) else { return None };
+    let (act, rounding) = fused_swiglu(ctx, weights, ops, at + 1, n)?;
+    let Some(Op::MatMul { input: down_input, outputs: downs }) = ops.get(at + 3) else { return None };
+    let Some(Op::Add { acc, other }) = ops.get(at + 4) else { return None };
+    let ([gate, up], [down]) = (outputs.as_slice(), downs.as_slice()) else { return None };
+    if gate_up_input != out || *down_input != act || acc != input || *other != down.out || !only_added(ops, down.out) || read_before_written(&ops[at + 2..], *out) {
+        return None;
+    }
+    let (g, u, d) = (weights[gate.weight.0 as usize]?, weights[up.weight.0 as usize]?, weights[down.weight.0 as usize]?);
+    let format = g.layout.format;
+    let width = graph.buffer(*input).width;
+    if u.layout.format != format || d.layout.format != format || ActRounding::for_format(format) != Some(rounding) || !rms_norm_can_quantize(ctx, width, rounding) || d.rows != width || d.cols != g.rows {
+        return None;
+    }
+    let block = if rounding == ActRounding::Q8_K { 256 } else { 32 };
+    let q4k = format == WeightFormat::Q4_K;
+    if !g.rows.is_multiple_of(block) || product_layout(ctx, g.cols) != ProductLayout::Lanes64 || swiglu_pairs(format) != if q4k { 2 } else { 1 } {
+        return None;
+    }
+    let layout = match int_product_dispatch(ctx, format, d.rows, d.cols, 1).0 {
+        Kernel::MatVecInt1Unrolled(_, rows) if rows == if q4k { 4 } else { 2 } => FfnLayout::LongRows,
+        Kernel::MatVecInt1(_, 2, ProductLayout::Lanes64) => FfnLayout::ShortRows,
+        _ => return None,
+    };
+    let down_bias = match down.bias {
+        Some(b) => weights[b.0 as usize]?.address,
+        None => 0,
+    };
+    Some(PersistentFfn { gate: g, up: u, down: d, down_bias, act, rounding, layout })
+}
+
+/// Workgroups of a dispatch with grid barriers: every one must be resident at once. One on a
+/// CPU device (lavapipe runs a dispatch's workgroups on a few threads, not all at once); else
+/// [`persistent_groups`].
+fn grid_groups(ctx: &VulkanContext) -> usize {
+    if ctx.info.is_cpu() { 1 } else { persistent_groups(ctx) }
+}
 
 /// Workgroups of a product with the norm prologue: each normalizes the row once, then takes
 /// units in turn. `STRATA_VULKAN_PERSISTENT_GROUPS` (1-65535), else 528 (four of 128
@@ -1535,6 +1670,17 @@ impl ForwardPlan for VulkanPlan {
         }
         let vocab = self.graph.hparams.vocab_size;
         let bytes = self.readback.mapped().ok_or_else(|| unsupported(&self.ctx, "the readback buffer is not mapped".into()))?;
+        if self.grid_barriers {
+            let at = self.opts.max_outputs * vocab * 4;
+            let give_ups = bytes.get(at..at + 4).map_or(0, |w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]));
+            if give_ups != self.give_ups_seen {
+                self.give_ups_seen = give_ups;
+                return Err(unsupported(
+                    &self.ctx,
+                    format!("the persistent feed-forward dispatch's {} workgroups were not all resident at once (a grid barrier gave up); set STRATA_VULKAN_PERSISTENT_GROUPS lower or unset STRATA_VULKAN_PERSISTENT_FFN", grid_groups(&self.ctx)),
+                ));
+            }
+        }
         let bytes = &bytes[..n_out * vocab * 4];
         // The logits are read where the GPU wrote them (host-coherent memory, mapped at an
         // alignment of at least 64 bytes) instead of converted into a vector of their own: a
