@@ -463,14 +463,25 @@ impl Pipelines {
         if let Some(&(_, p)) = self.pipelines.get(&k) {
             return Ok(p);
         }
-        let name = self.ctx.name();
         let spirv = k.spirv(self.ctx.shader_variant());
         if spirv.is_empty() {
-            return Err(DeviceError::Unsupported { device: name, what: format!("no build of {k:?}") });
+            return Err(DeviceError::Unsupported { device: self.ctx.name(), what: format!("no build of {k:?}") });
         }
-        let words = ash::util::read_spv(&mut std::io::Cursor::new(spirv)).map_err(|e| DeviceError::Unsupported { device: name.clone(), what: format!("SPIR-V of {k:?}: {e}") })?;
+        let (module, pipeline) = self.create(spirv, &format!("{k:?}"))?;
+        self.pipelines.insert(k, (module, pipeline));
+        if let Some(line) = self.statistics(pipeline) {
+            eprintln!("pipeline {k:?}:{line}");
+        }
+        Ok(pipeline)
+    }
+
+    /// A compute pipeline of `spirv` (entry point `main`) with the one layout.
+    fn create(&self, spirv: &[u8], what: &str) -> Result<(vk::ShaderModule, vk::Pipeline), DeviceError> {
+        let name = self.ctx.name();
+        let words = ash::util::read_spv(&mut std::io::Cursor::new(spirv)).map_err(|e| DeviceError::Unsupported { device: name.clone(), what: format!("SPIR-V of {what}: {e}") })?;
         let d = &self.ctx.device;
-        // SAFETY: valid SPIR-V produced by glslc at build time.
+        // SAFETY: the words are SPIR-V (glslc's, at build time, or a caller's); the driver
+        // validates what it compiles.
         let module = unsafe { d.create_shader_module(&vk::ShaderModuleCreateInfo::default().code(&words), None) }.map_err(|e| vk_error(&name, "vkCreateShaderModule", e))?;
         let stage = vk::PipelineShaderStageCreateInfo::default().stage(vk::ShaderStageFlags::COMPUTE).module(module).name(c"main");
         let mut info = vk::ComputePipelineCreateInfo::default().stage(stage).layout(self.layout);
@@ -480,11 +491,7 @@ impl Pipelines {
         // SAFETY: the module and layout are live; the create info outlives the call.
         let created = unsafe { d.create_compute_pipelines(vk::PipelineCache::null(), &[info], None) };
         match created {
-            Ok(p) => {
-                self.pipelines.insert(k, (module, p[0]));
-                self.print_statistics(k, p[0]);
-                Ok(p[0])
-            }
+            Ok(p) => Ok((module, p[0])),
             Err((_, e)) => {
                 // SAFETY: the module is not used by any pipeline.
                 unsafe { d.destroy_shader_module(module, None) };
@@ -493,13 +500,31 @@ impl Pipelines {
         }
     }
 
+    /// The compiler's statistics of the pipeline of `spirv` (registers, ...: " name=value" for
+    /// each), compiled with this layout and then dropped; `None` where the context does not
+    /// capture them (it does with `STRATA_VULKAN_PROFILE=1` and the driver's
+    /// `VK_KHR_pipeline_executable_properties`).
+    ///
+    /// # Errors
+    /// The driver refuses the shader.
+    pub fn statistics_of(&self, spirv: &[u8], what: &str) -> Result<Option<String>, DeviceError> {
+        let (module, pipeline) = self.create(spirv, what)?;
+        let line = self.statistics(pipeline);
+        // SAFETY: never bound to a command buffer.
+        unsafe {
+            self.ctx.device.destroy_pipeline(pipeline, None);
+            self.ctx.device.destroy_shader_module(module, None);
+        }
+        Ok(line)
+    }
+
     /// The compiler's statistics of a pipeline (registers, ...), when profiling asked for them.
-    fn print_statistics(&self, k: Kernel, pipeline: vk::Pipeline) {
-        let Some(ext) = &self.ctx.pipeline_stats else { return };
+    fn statistics(&self, pipeline: vk::Pipeline) -> Option<String> {
+        let ext = self.ctx.pipeline_stats.as_ref()?;
         let info = vk::PipelineExecutableInfoKHR::default().pipeline(pipeline).executable_index(0);
         // SAFETY: a live pipeline created with CAPTURE_STATISTICS.
-        let Ok(stats) = (unsafe { ext.get_pipeline_executable_statistics(&info) }) else { return };
-        let mut line = format!("pipeline {k:?}:");
+        let stats = unsafe { ext.get_pipeline_executable_statistics(&info) }.ok()?;
+        let mut line = String::new();
         for s in &stats {
             let name = s.name_as_c_str().map(|c| c.to_string_lossy().into_owned()).unwrap_or_default();
             // SAFETY: the union member read matches the statistic's declared format.
@@ -513,7 +538,7 @@ impl Pipelines {
             };
             line.push_str(&format!(" {name}={value}"));
         }
-        eprintln!("{line}");
+        Some(line)
     }
 
     /// The pipeline layout.
