@@ -1453,8 +1453,10 @@ struct PersistentFfn {
 /// [`Kernel::FfnPersistent`] can run with the staged kernels' bits: one decoding token, the fast
 /// integer kernels, the norm quantizing its row for gate/up (whose f32 output nothing reads), the
 /// fused gate/up with SwiGLU in its default form, the down projection added into the norm's
-/// input, all three weights of one format, in the layouts ffn_persistent.comp is built for. `STRATA_VULKAN_PERSISTENT_FFN=1` turns it on (read at each recording, so a test can
-/// compare both paths); off by default until measured.
+/// input, all three weights of one format, in the layouts ffn_persistent.comp is built for.
+/// `STRATA_VULKAN_PERSISTENT_FFN=1` turns it on (read at each recording, so a test can compare
+/// both paths); off by default (it needs every workgroup resident, which only a count chosen for
+/// the device guarantees).
 fn persistent_ffn(ctx: &VulkanContext, graph: &ForwardGraph, weights: &[Option<GpuWeight>], ops: &[Op], at: usize, n: usize) -> Option<PersistentFfn> {
     if std::env::var("STRATA_VULKAN_PERSISTENT_FFN").as_deref() != Ok("1") || n != 1 || ctx.exact || !ctx.info.subgroup_quads || std::env::var("STRATA_VULKAN_FUSE_SWIGLU_PRODUCT").as_deref() == Ok("1") {
         return None;
