@@ -467,7 +467,8 @@ impl Pipelines {
         if spirv.is_empty() {
             return Err(DeviceError::Unsupported { device: self.ctx.name(), what: format!("no build of {k:?}") });
         }
-        let (module, pipeline) = self.create(spirv, &format!("{k:?}"))?;
+        // SAFETY: glslc's output at build time.
+        let (module, pipeline) = unsafe { self.create(spirv, &format!("{k:?}")) }?;
         self.pipelines.insert(k, (module, pipeline));
         if let Some(line) = self.statistics(pipeline) {
             eprintln!("pipeline {k:?}:{line}");
@@ -476,12 +477,15 @@ impl Pipelines {
     }
 
     /// A compute pipeline of `spirv` (entry point `main`) with the one layout.
-    fn create(&self, spirv: &[u8], what: &str) -> Result<(vk::ShaderModule, vk::Pipeline), DeviceError> {
+    ///
+    /// # Safety
+    /// `spirv` must be valid SPIR-V of a compute shader (Vulkan does not promise to reject
+    /// invalid modules).
+    unsafe fn create(&self, spirv: &[u8], what: &str) -> Result<(vk::ShaderModule, vk::Pipeline), DeviceError> {
         let name = self.ctx.name();
         let words = ash::util::read_spv(&mut std::io::Cursor::new(spirv)).map_err(|e| DeviceError::Unsupported { device: name.clone(), what: format!("SPIR-V of {what}: {e}") })?;
         let d = &self.ctx.device;
-        // SAFETY: the words are SPIR-V (glslc's, at build time, or a caller's); the driver
-        // validates what it compiles.
+        // SAFETY: valid SPIR-V, as the caller promised.
         let module = unsafe { d.create_shader_module(&vk::ShaderModuleCreateInfo::default().code(&words), None) }.map_err(|e| vk_error(&name, "vkCreateShaderModule", e))?;
         let stage = vk::PipelineShaderStageCreateInfo::default().stage(vk::ShaderStageFlags::COMPUTE).module(module).name(c"main");
         let mut info = vk::ComputePipelineCreateInfo::default().stage(stage).layout(self.layout);
@@ -505,10 +509,14 @@ impl Pipelines {
     /// capture them (it does with `STRATA_VULKAN_PROFILE=1` and the driver's
     /// `VK_KHR_pipeline_executable_properties`).
     ///
+    /// # Safety
+    /// `spirv` must be valid SPIR-V of a compute shader (as glslc writes it).
+    ///
     /// # Errors
     /// The driver refuses the shader.
-    pub fn statistics_of(&self, spirv: &[u8], what: &str) -> Result<Option<String>, DeviceError> {
-        let (module, pipeline) = self.create(spirv, what)?;
+    pub unsafe fn statistics_of(&self, spirv: &[u8], what: &str) -> Result<Option<String>, DeviceError> {
+        // SAFETY: as this function's caller promised.
+        let (module, pipeline) = unsafe { self.create(spirv, what) }?;
         let line = self.statistics(pipeline);
         // SAFETY: never bound to a command buffer.
         unsafe {
