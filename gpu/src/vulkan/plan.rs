@@ -434,6 +434,9 @@ struct Profiler {
     n_ops: u32,
     /// Label of each op of the graph.
     labels: Vec<String>,
+    /// (op, step class) -> label, where a recording gave an op's slot other work (the
+    /// persistent feed-forward half starts at its RMSNorm's).
+    relabeled: HashMap<(usize, usize), &'static str>,
     /// (label, step class) -> (total ns, samples); see [`step_class`].
     totals: HashMap<(String, usize), (f64, u64)>,
     steps: HashMap<usize, (f64, u64)>,
@@ -474,7 +477,7 @@ impl Profiler {
                 Op::SelectRows { .. } => "select_rows".to_string(),
             })
             .collect();
-        Ok(Profiler { ctx: ctx.clone(), pool, capacity, n_ops, labels, totals: HashMap::new(), steps: HashMap::new(), host: HashMap::new() })
+        Ok(Profiler { ctx: ctx.clone(), pool, capacity, n_ops, labels, relabeled: HashMap::new(), totals: HashMap::new(), steps: HashMap::new(), host: HashMap::new() })
     }
 
     fn collect(&mut self, class: usize) {
@@ -494,6 +497,7 @@ impl Profiler {
                 e.0 += dt;
                 e.1 += 1;
             };
+            let label = self.relabeled.get(&(i, class)).map_or_else(|| label.clone(), |l| l.to_string());
             add(label.clone(), ticks[i + 1].saturating_sub(ticks[i]) as f64 * ns);
             let mid = pairs[self.n_ops as usize + 2 + i];
             if mid[1] != 0 {
@@ -840,6 +844,7 @@ impl VulkanPlan {
         let sink = counters.address + counter_bytes(graph);
         let grid_sync = sink + 16;
         let mut grid_barriers = false;
+        let mut persistent_ffn_ops = Vec::new();
         for (op_index, op) in ops.iter().enumerate() {
             if skip_ops > 0 {
                 skip_ops -= 1;
@@ -887,6 +892,7 @@ impl VulkanPlan {
                             .f32(hp.rms_eps);
                         rec.dispatch(Kernel::FfnPersistent(g.layout.format, f.layout), &push, [grid_groups(ctx) as u32, 1, 1])?;
                         PERSISTENT_FFN_RECORDED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        persistent_ffn_ops.push(op_index);
                         // Gate/up, SwiGLU, down and the add.
                         skip_ops = 4;
                         grid_barriers = true;
@@ -1268,6 +1274,11 @@ impl VulkanPlan {
         rec.copy_to_host(&copies, self.readback.buffer);
         if let Some((pool, _)) = profile_pool {
             rec.timestamp(pool, n_graph_ops + 1);
+        }
+        if let Some(p) = &mut self.profiler {
+            for i in persistent_ffn_ops {
+                p.relabeled.insert((i, step_class(n)), "feed-forward half (one dispatch)");
+            }
         }
         Ok(grid_barriers)
     }
