@@ -36,6 +36,8 @@ fn main() {
     for name in PLAIN {
         compile(&glslc, name, None, &out);
     }
+    compile_with(&glslc, "stage_chain", "stage_chain_copy", &["COPY"], &out);
+    compile_with(&glslc, "stage_chain", "stage_chain_big_shared", &["BIG_SHARED"], &out);
     // Kernels whose divisions, square roots or fused multiply-adds must round as the CPU's have
     // three builds (shaders/common.glsl): as written, F64 (divisions and square roots through
     // f64) and F64 + FMA_F64 (fused multiply-adds through f64 too).
@@ -47,6 +49,9 @@ fn main() {
             compile_with(&glslc, "quantize_act", &format!("swiglu_quantize_int_{act}{suffix}"), &with(&[define, "INT_OUT", "SWIGLU"]), &out);
             compile_with(&glslc, "quantize_act", &format!("combine_quantize_int_{act}{suffix}"), &with(&[define, "INT_OUT", "COMBINE"]), &out);
             compile_with(&glslc, "rms_norm_q", &format!("rms_norm_int_{act}{suffix}"), &with(&[define]), &out);
+            // Chained builds (shaders/chain.glsl) of the one-token step's staged kernels.
+            compile_with(&glslc, "quantize_act", &format!("quantize_act_int_{act}{suffix}_chained"), &with(&[define, "INT_OUT", "CHAINED"]), &out);
+            compile_with(&glslc, "rms_norm_q", &format!("rms_norm_int_{act}{suffix}_chained"), &with(&[define, "CHAINED"]), &out);
         }
         for (act, define) in [("q8_0", "ACT_Q8_0"), ("q8_k", "ACT_Q8_K")] {
             if defines.is_empty() {
@@ -66,6 +71,24 @@ fn main() {
         // Two items in flight per lane, 128 lanes a row (long rows: a 7B down projection).
         for rows in [2, 4] {
             compile_with(&glslc, "matvec_q", &format!("matvec_q1_r{rows}_{ty}_u2"), &[&t, "NT=1", &format!("ROWS={rows}"), "UNROLL2"], &out);
+        }
+        // Chained builds (shaders/chain.glsl) of the one-token products, 128 and 64 lanes a row.
+        for rows in [2, 4] {
+            compile_with(&glslc, "matvec_q", &format!("matvec_q1_r{rows}_{ty}_chained"), &[&t, "NT=1", &format!("ROWS={rows}"), "CHAINED"], &out);
+            compile_with(&glslc, "matvec_q", &format!("matvec_q1_r{rows}_{ty}_u2_chained"), &[&t, "NT=1", &format!("ROWS={rows}"), "UNROLL2", "CHAINED"], &out);
+        }
+        for (suffix, groups) in &PRODUCT_LAYOUTS[..2] {
+            let groups_define = format!("GROUPS={groups}");
+            let build = |name: &str, defines: &[&str]| {
+                let d: Vec<&str> = defines.iter().copied().chain([groups_define.as_str(), "CHAINED"]).collect();
+                compile_with(&glslc, "matvec_q", &format!("{name}{suffix}_chained"), &d, &out);
+            };
+            if *groups > 1 {
+                build(&format!("matvec_q1_r2_{ty}"), &[&t, "NT=1", "ROWS=2"]);
+            }
+            build(&format!("matvec_qkv_{ty}"), &[&t, "NT=1", "ROWS=2", "QKV_ROPE"]);
+            build(&format!("matvec_swiglu_{ty}_f32"), &[&t, "NT=1", "ROWS=2", "SWIGLU_PAIR", "ACT_Q8_0", "NO_TICKET"]);
+            build(&format!("matvec_swiglu_{ty}_f32_p2"), &[&t, "NT=1", "ROWS=4", "PAIRS=2", "SWIGLU_PAIR", "ACT_Q8_0", "NO_TICKET"]);
         }
         // Each layout (kernels.rs, ProductLayout) of every product kernel; 128 lanes a row
         // (one group) carries no suffix.

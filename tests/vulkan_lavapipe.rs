@@ -259,16 +259,15 @@ fn vulkan_norm_in_the_products_agrees_with_the_norm_stage() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A layer's feed-forward half in one dispatch with grid barriers between its stages
-/// (`STRATA_VULKAN_PERSISTENT_FFN=1`, ffn_persistent.comp; one workgroup on a CPU device, which
-/// takes every virtual workgroup of each stage in turn) computes the staged kernels' bits. The
-/// default model (Q8_0-style records, down with 64 lanes a row), Qwen2 1,280 wide (Q8_K
-/// records, the norm in two passes) and Qwen2 with FFN rows of 4,608 (down with 128 lanes a row
-/// and two items in flight, as a 7B shape's); 80 positions, one token a step.
-#[test]
-fn vulkan_persistent_feed_forward_computes_the_staged_bits() {
+/// Runs the models the staged kernels' layouts call for (the default model: Q8_0-style records,
+/// 64 lanes a row; Qwen2 1,280 wide: Q8_K records, the norm in two passes; Qwen2 with FFN rows
+/// of 4,608: down with 128 lanes a row and two items in flight, as a 7B shape's), 80 positions
+/// one token a step, with developer switch `knob` off and then on (with `on_too` set as well),
+/// and asserts that the switched path was taken (`recorded()`, a process-wide count, grew by at
+/// least `per_layer` a layer) and computed every logit of the staged path bit for bit.
+fn assert_switch_keeps_the_staged_bits(what: &str, knob: &str, on_too: &[(&str, &str)], recorded: fn() -> u64, per_layer: u64) {
     let Some(i) = vulkan_index() else { return };
-    let dir = std::env::temp_dir().join(format!("strata-vulkan-persistent-ffn-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("strata-vulkan-{}-{}", knob.to_lowercase(), std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let models = [
         ("default", Arc::new(LoadedModel::load(&common::default_model()).expect("the default model loads"))),
@@ -278,16 +277,40 @@ fn vulkan_persistent_feed_forward_computes_the_staged_bits() {
     for (name, model) in models {
         let vocab = model.hparams.vocab_size;
         let tokens: Vec<u32> = (0..80u32).map(|i| (i * 7919 + 13) % vocab as u32).collect();
-        let staged = vulkan_logits_with(&model, i, "STRATA_VULKAN_PERSISTENT_FFN", "0", &tokens);
-        let recorded = strata_gpu::vulkan::persistent_ffn_recorded();
-        let persistent = vulkan_logits_with(&model, i, "STRATA_VULKAN_PERSISTENT_FFN", "1", &tokens);
+        let staged = vulkan_logits_with(&model, i, knob, "0", &tokens);
+        let before = recorded();
+        for (k, v) in on_too {
+            std::env::set_var(k, v);
+        }
+        let switched = vulkan_logits_with(&model, i, knob, "1", &tokens);
         let layers = model.hparams.n_layers as u64;
-        assert!(strata_gpu::vulkan::persistent_ffn_recorded() >= recorded + layers, "{name}: the feed-forward halves were not recorded as one dispatch each");
-        let differ = persistent.iter().zip(&staged).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
-        eprintln!("{name}: {differ} of {} logits differ from the staged kernels'", staged.len());
-        assert_eq!(differ, 0, "{name}: the persistent feed-forward half changes {differ} logits");
+        let taken = recorded() - before;
+        assert!(taken >= per_layer * layers, "{name}: {what}: recorded {taken} times for {layers} layers");
+        let differ = switched.iter().zip(&staged).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+        eprintln!("{name}: {what}: {differ} of {} logits differ from the staged kernels' ({taken} recorded)", staged.len());
+        assert_eq!(differ, 0, "{name}: {what} changes {differ} logits");
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A layer's feed-forward half in one dispatch with grid barriers between its stages
+/// (`STRATA_VULKAN_PERSISTENT_FFN=1`, ffn_persistent.comp; one workgroup on a CPU device, which
+/// takes every virtual workgroup of each stage in turn) computes the staged kernels' bits.
+#[test]
+fn vulkan_persistent_feed_forward_computes_the_staged_bits() {
+    assert_switch_keeps_the_staged_bits("the persistent feed-forward half", "STRATA_VULKAN_PERSISTENT_FFN", &[], strata_gpu::vulkan::persistent_ffn_recorded, 1);
+}
+
+/// One-token steps whose norms, products and quantizer run chained (`STRATA_VULKAN_CHAIN=1`,
+/// gpu/src/vulkan/shaders/chain.glsl: no pipeline barrier between those stages, each workgroup
+/// waiting for the stage before's count of finished workgroups; records in slots of their own)
+/// compute the staged kernels' bits, with seven workgroups a product taking units in turn. Each
+/// step also reads back every stage's count and fails unless each stage counted exactly its
+/// workgroups, so a chained kernel that skips its count fails here too. Per layer at least the
+/// two norms, QKV, the output projection, gate/up, the quantization and down are chained.
+#[test]
+fn vulkan_chained_stages_compute_the_staged_bits() {
+    assert_switch_keeps_the_staged_bits("chaining the stages", "STRATA_VULKAN_CHAIN", &[("STRATA_VULKAN_CHAIN_GROUPS", "7")], strata_gpu::vulkan::chained_stages_recorded, 7);
 }
 
 /// Decode attention through the long-context kernel (a workgroup per KV head,

@@ -10,7 +10,7 @@
 //! default) or `small` (a few megabytes a stage, for lavapipe); WORKGROUPS: the resident
 //! workgroup counts to try (default 132,264,396,528: one to four per SM of an H200).
 
-use strata_gpu::vulkan::probe::{measure_stage_boundaries, BarrierPoll, ProbeMode, ProbeStage};
+use strata_gpu::vulkan::probe::{measure_stage_boundaries, Alternate, BarrierPoll, ProbeMode, ProbeStage};
 use strata_gpu::vulkan::{measure_read_bandwidth, VulkanContext};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -48,9 +48,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let bandwidth = measure_read_bandwidth(&ctx)?;
     println!("device: {}; read bandwidth {:.1} GB/s", ctx.name(), bandwidth / 1e9);
     println!("pattern: {shape}, {} stages ({} boundaries), {:.1} MB; at the read bandwidth {:.1} us", pattern.len(), pattern.len() - 1, bytes as f64 / 1e6, bytes as f64 / bandwidth * 1e6);
-    let mut modes = vec![ProbeMode::Dispatches];
+    let mut modes = vec![ProbeMode::Dispatches, ProbeMode::ExecutionBarriers];
+    for alternate in [Alternate::Same, Alternate::Copy, Alternate::BigShared] {
+        modes.push(ProbeMode::DispatchesUnordered { alternate });
+        modes.push(ProbeMode::Chained { preload: false, workgroups: 0, alternate });
+        modes.push(ProbeMode::Chained { preload: true, workgroups: 0, alternate });
+    }
     for &w in &workgroups {
         modes.push(ProbeMode::Unordered { workgroups: w });
+        modes.push(ProbeMode::Chained { preload: true, workgroups: w, alternate: Alternate::Same });
         for poll in [BarrierPoll::AtomicAdd, BarrierPoll::VolatileLoad] {
             for preload in [false, true] {
                 modes.push(ProbeMode::GridBarriers { workgroups: w, poll, preload });
@@ -73,9 +79,25 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 format!("{workgroups} resident workgroups, grid barriers, {poll}{}", if preload { ", next loads first" } else { "" })
             }
             ProbeMode::Unordered { workgroups } => format!("{workgroups} resident workgroups, no barriers"),
+            ProbeMode::ExecutionBarriers => "a dispatch a stage, execution-only barriers".to_string(),
+            ProbeMode::DispatchesUnordered { alternate } => format!("a dispatch a stage, no barriers, no waits{}", alternation(alternate)),
+            ProbeMode::Chained { preload, workgroups, alternate } => format!(
+                "a dispatch a stage{}, no pipeline barriers, each waiting on the stage before's counter{}{}",
+                if workgroups > 0 { format!(" of at most {workgroups} workgroups") } else { String::new() },
+                if preload { ", first loads before waiting" } else { "" },
+                alternation(alternate)
+            ),
         };
         let valid = if r.gave_up > 0 { " (void)" } else { "" };
         println!("| {mode}{valid} | {:.1} | {:.0}% | {:.2} | {} |", r.pass_us, ideal_us / r.pass_us * 100.0, (r.pass_us - ideal_us) / (pattern.len() - 1) as f64, r.gave_up);
     }
     Ok(())
+}
+
+fn alternation(a: Alternate) -> &'static str {
+    match a {
+        Alternate::Same => "",
+        Alternate::Copy => ", every other stage a copy of the pipeline",
+        Alternate::BigShared => ", every other stage a pipeline with 16 KiB more shared memory",
+    }
 }

@@ -100,6 +100,8 @@ pub enum Kernel {
     PrefetchL2,
     /// A decode step's memory pattern, for measuring stage boundaries (stage_chain.comp, probe.rs).
     StageChain,
+    /// stage_chain.comp built again as is (0) or with 16 KiB more shared memory (1).
+    StageChainOther(u8),
     /// Rounds activations as the CPU's 8-bit quantizer does (blocks of 32 or of 256).
     QuantizeAct(ActRounding),
     /// The same quantization, written as 8-bit quants with block scales and sums (the input of
@@ -116,6 +118,50 @@ pub enum Kernel {
     /// workgroups with grid barriers between the stages (ffn_persistent.comp): the staged
     /// kernels' bits, in their layouts.
     FfnPersistent(WeightFormat, FfnLayout),
+    /// A one-token step's staged kernel in its chained build (shaders/chain.glsl): recorded
+    /// without a pipeline barrier after the stage before, it waits for that stage's count of
+    /// finished workgroups and counts itself in its own; its push constants end with the
+    /// count it waits for and the address of that stage's word ([`Push::chain`]).
+    Chained(ChainedKernel),
+}
+
+/// The kernels with chained builds: the one-token step's norms, products and quantizer (64 or
+/// 128 lanes a row; the attention stages keep their pipeline barriers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ChainedKernel {
+    RmsNormInt(ActRounding),
+    QuantizeActInt(ActRounding),
+    /// [`Kernel::MatVecInt1`] (2 or 4 rows with 128 lanes a row, 2 with 64).
+    MatVecInt1(WeightFormat, u8, ProductLayout),
+    MatVecInt1Unrolled(WeightFormat, u8),
+    MatVecIntRope(WeightFormat, ProductLayout),
+    MatVecIntSwiGluF32(WeightFormat, ProductLayout, u8),
+}
+
+impl ChainedKernel {
+    /// The chained build of `k`, where it has one.
+    pub fn of(k: Kernel) -> Option<ChainedKernel> {
+        let layout_ok = |l: ProductLayout| matches!(l, ProductLayout::Lanes128 | ProductLayout::Lanes64);
+        match k {
+            Kernel::RmsNormInt(r) => Some(ChainedKernel::RmsNormInt(r)),
+            Kernel::QuantizeActInt(r) => Some(ChainedKernel::QuantizeActInt(r)),
+            Kernel::MatVecInt1(f, rows, l) if f.has_int_kernel() && ((rows == 2 && layout_ok(l)) || (rows == 4 && l == ProductLayout::Lanes128)) => Some(ChainedKernel::MatVecInt1(f, rows, l)),
+            Kernel::MatVecInt1Unrolled(f, rows) if f.has_int_kernel() && matches!(rows, 2 | 4) => Some(ChainedKernel::MatVecInt1Unrolled(f, rows)),
+            Kernel::MatVecIntRope(f, l) if f.has_int_kernel() && layout_ok(l) => Some(ChainedKernel::MatVecIntRope(f, l)),
+            Kernel::MatVecIntSwiGluF32(f, l, pairs) if f.has_int_kernel() && layout_ok(l) => Some(ChainedKernel::MatVecIntSwiGluF32(f, l, pairs)),
+            _ => None,
+        }
+    }
+}
+
+/// A chained matvec_q.comp build in a layout (128 or 64 lanes a row).
+macro_rules! per_layout_chained {
+    ($f:expr, $layout:expr, $kernel:literal, $suffix:literal) => {
+        match $layout {
+            ProductLayout::Lanes64 => per_int_format!($f, $kernel, concat!($suffix, "_g2_chained")),
+            _ => per_int_format!($f, $kernel, concat!($suffix, "_chained")),
+        }
+    };
 }
 
 /// The down projection's layout in [`Kernel::FfnPersistent`] (gate/up always takes 64 lanes a
@@ -323,6 +369,17 @@ macro_rules! rounding {
     };
 }
 
+/// The chained build of a kernel with rounding builds.
+macro_rules! rounding_chained {
+    ($name:literal, $v:expr) => {
+        match $v {
+            ShaderVariant::Native => spv!($name, "_chained"),
+            ShaderVariant::F64 => spv!($name, "_f64_chained"),
+            ShaderVariant::F64Fma => spv!($name, "_f64fma_chained"),
+        }
+    };
+}
+
 impl WeightFormat {
     /// Whether the integer-dot-product kernels read this format.
     pub fn has_int_kernel(self) -> bool {
@@ -385,6 +442,8 @@ impl Kernel {
             Kernel::ReadBandwidth => spv!("read_bandwidth"),
             Kernel::PrefetchL2 => spv!("prefetch_l2"),
             Kernel::StageChain => spv!("stage_chain"),
+            Kernel::StageChainOther(0) => spv!("stage_chain_copy"),
+            Kernel::StageChainOther(_) => spv!("stage_chain_big_shared"),
             Kernel::FfnPersistent(f, FfnLayout::LongRows) => per_int_format!(f, "ffn_persistent", "_long"),
             Kernel::FfnPersistent(f, FfnLayout::ShortRows) => per_int_format!(f, "ffn_persistent", "_short"),
             Kernel::QuantizeAct(ActRounding::Q8_0) => rounding!("quantize_act_q8_0", v),
@@ -397,6 +456,19 @@ impl Kernel {
             Kernel::SwiGluInt(ActRounding::Q8_K) => rounding!("swiglu_quantize_int_q8_k", v),
             Kernel::AttentionCombineInt(ActRounding::Q8_0) => rounding!("combine_quantize_int_q8_0", v),
             Kernel::AttentionCombineInt(ActRounding::Q8_K) => rounding!("combine_quantize_int_q8_k", v),
+            Kernel::Chained(c) => match c {
+                ChainedKernel::RmsNormInt(ActRounding::Q8_0) => rounding_chained!("rms_norm_int_q8_0", v),
+                ChainedKernel::RmsNormInt(ActRounding::Q8_K) => rounding_chained!("rms_norm_int_q8_k", v),
+                ChainedKernel::QuantizeActInt(ActRounding::Q8_0) => rounding_chained!("quantize_act_int_q8_0", v),
+                ChainedKernel::QuantizeActInt(ActRounding::Q8_K) => rounding_chained!("quantize_act_int_q8_k", v),
+                ChainedKernel::MatVecInt1(f, 4, _) => per_int_format!(f, "matvec_q1_r4", "_chained"),
+                ChainedKernel::MatVecInt1(f, _, l) => per_layout_chained!(f, l, "matvec_q1_r2", ""),
+                ChainedKernel::MatVecInt1Unrolled(f, 2) => per_int_format!(f, "matvec_q1_r2", "_u2_chained"),
+                ChainedKernel::MatVecInt1Unrolled(f, _) => per_int_format!(f, "matvec_q1_r4", "_u2_chained"),
+                ChainedKernel::MatVecIntRope(f, l) => per_layout_chained!(f, l, "matvec_qkv", ""),
+                ChainedKernel::MatVecIntSwiGluF32(f, l, 2) => per_layout_chained!(f, l, "matvec_swiglu", "_f32_p2"),
+                ChainedKernel::MatVecIntSwiGluF32(f, l, _) => per_layout_chained!(f, l, "matvec_swiglu", "_f32"),
+            },
         }
     }
 }
@@ -429,6 +501,18 @@ impl Push {
     pub fn f32(mut self, v: f32) -> Push {
         self.words_started = true;
         self.bytes.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+
+    /// The tail of a chained build's push constants (shaders/chain.glsl): the count of the
+    /// stage before's workgroups to wait for (0: none) and the address of that stage's word,
+    /// aligned to 8 bytes as the shader's block lays it out.
+    pub fn chain(mut self, expect: u32, word: u64) -> Push {
+        self = self.u32(expect);
+        while !self.bytes.len().is_multiple_of(8) {
+            self.bytes.push(0);
+        }
+        self.bytes.extend_from_slice(&word.to_le_bytes());
         self
     }
 
@@ -573,9 +657,44 @@ pub struct Recorder<'a> {
     pub(crate) device: &'a ash::Device,
     pub(crate) cb: vk::CommandBuffer,
     pub(crate) pipelines: &'a mut Pipelines,
+    /// A pipeline barrier [`Recorder::defer_barrier`] left to the next command that needs it
+    /// (any but a dispatch that [`Recorder::dispatch_chained`] orders itself).
+    pub(crate) owed_barrier: bool,
 }
 
-impl Recorder<'_> {
+impl<'a> Recorder<'a> {
+    pub fn new(device: &'a ash::Device, cb: vk::CommandBuffer, pipelines: &'a mut Pipelines) -> Recorder<'a> {
+        Recorder { device, cb, pipelines, owed_barrier: false }
+    }
+
+    /// Asks for a pipeline barrier before the next command unless that command is a chained
+    /// dispatch (shaders/chain.glsl), which waits for the stage before by itself.
+    pub fn defer_barrier(&mut self) {
+        self.owed_barrier = true;
+    }
+
+    fn pay_barrier(&mut self) {
+        if self.owed_barrier {
+            self.barrier();
+        }
+    }
+
+    /// A dispatch of a chained build that waits for the stage before itself: no pipeline
+    /// barrier is recorded before it, even if one was deferred.
+    ///
+    /// # Errors
+    /// A pipeline that cannot be created.
+    pub fn dispatch_chained(&mut self, k: Kernel, push: &Push, groups: [u32; 3]) -> Result<(), DeviceError> {
+        if groups.contains(&0) {
+            return Ok(());
+        }
+        self.owed_barrier = false;
+        self.bind(k, push)?;
+        // SAFETY: the command buffer is recording; the pipeline and push constants are bound.
+        unsafe { self.device.cmd_dispatch(self.cb, groups[0], groups[1], groups[2]) };
+        Ok(())
+    }
+
     /// A dispatch of `groups` workgroups.
     ///
     /// # Errors
@@ -584,6 +703,7 @@ impl Recorder<'_> {
         if groups.contains(&0) {
             return Ok(());
         }
+        self.pay_barrier();
         self.bind(k, push)?;
         // SAFETY: the command buffer is recording; the pipeline and push constants are bound.
         unsafe { self.device.cmd_dispatch(self.cb, groups[0], groups[1], groups[2]) };
@@ -595,6 +715,7 @@ impl Recorder<'_> {
     /// # Errors
     /// A pipeline that cannot be created.
     pub fn dispatch_indirect(&mut self, k: Kernel, push: &Push, buffer: vk::Buffer, offset: u64) -> Result<(), DeviceError> {
+        self.pay_barrier();
         self.bind(k, push)?;
         // SAFETY: as above; the buffer has INDIRECT_BUFFER usage and holds 3 u32 at `offset`.
         unsafe { self.device.cmd_dispatch_indirect(self.cb, buffer, offset) };
@@ -614,14 +735,33 @@ impl Recorder<'_> {
 
     /// Makes every earlier shader write visible to every later shader read.
     pub fn barrier(&mut self) {
+        self.owed_barrier = false;
         let mb = vk::MemoryBarrier::default().src_access_mask(vk::AccessFlags::SHADER_WRITE).dst_access_mask(vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE);
         // SAFETY: recording.
         unsafe { self.device.cmd_pipeline_barrier(self.cb, vk::PipelineStageFlags::COMPUTE_SHADER, vk::PipelineStageFlags::COMPUTE_SHADER, vk::DependencyFlags::empty(), &[mb], &[], &[]) };
     }
 
+    /// Orders every earlier dispatch before later ones without a memory barrier (the probe's
+    /// question: what the barrier's cache work costs; shaders must then order their own data).
+    pub fn execution_barrier(&mut self) {
+        self.pay_barrier();
+        // SAFETY: recording.
+        unsafe { self.device.cmd_pipeline_barrier(self.cb, vk::PipelineStageFlags::COMPUTE_SHADER, vk::PipelineStageFlags::COMPUTE_SHADER, vk::DependencyFlags::empty(), &[], &[], &[]) };
+    }
+
+    /// Orders every earlier shader access before later transfer writes (a fill of a buffer that
+    /// shaders were still updating).
+    pub fn barrier_before_transfer(&mut self) {
+        self.pay_barrier();
+        let mb = vk::MemoryBarrier::default().src_access_mask(vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE).dst_access_mask(vk::AccessFlags::TRANSFER_WRITE);
+        // SAFETY: recording.
+        unsafe { self.device.cmd_pipeline_barrier(self.cb, vk::PipelineStageFlags::COMPUTE_SHADER, vk::PipelineStageFlags::TRANSFER, vk::DependencyFlags::empty(), &[mb], &[], &[]) };
+    }
+
     /// Copies `bytes` from `src` to `dst` at the start of a step, before every later shader and
     /// indirect-dispatch read (the host's writes to `src` are visible to the submission).
     pub fn copy_in(&mut self, src: vk::Buffer, dst: vk::Buffer, bytes: u64) {
+        self.pay_barrier();
         let after = vk::MemoryBarrier::default().src_access_mask(vk::AccessFlags::TRANSFER_WRITE).dst_access_mask(vk::AccessFlags::SHADER_READ | vk::AccessFlags::INDIRECT_COMMAND_READ);
         // SAFETY: recording; both buffers are live and hold `bytes`.
         unsafe {
@@ -633,6 +773,7 @@ impl Recorder<'_> {
     /// Zeroes `bytes` of `dst` from `offset` before every later shader access (the fused
     /// epilogues' counters start each step at zero).
     pub fn zero(&mut self, dst: vk::Buffer, offset: u64, bytes: u64) {
+        self.pay_barrier();
         let after = vk::MemoryBarrier::default().src_access_mask(vk::AccessFlags::TRANSFER_WRITE).dst_access_mask(vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE);
         // SAFETY: recording; the region lies inside `dst` and is a multiple of 4 bytes.
         unsafe {
@@ -643,6 +784,7 @@ impl Recorder<'_> {
 
     /// Writes a timestamp into `pool` at `index` once every earlier command has completed.
     pub fn timestamp(&mut self, pool: vk::QueryPool, index: u32) {
+        self.pay_barrier();
         // SAFETY: recording; the pool holds `index` and was reset in this command buffer.
         unsafe { self.device.cmd_write_timestamp(self.cb, vk::PipelineStageFlags::BOTTOM_OF_PIPE, pool, index) };
     }
@@ -650,6 +792,7 @@ impl Recorder<'_> {
     /// Copies regions (source buffer, source offset, destination offset, bytes) to a
     /// host-readable `dst`, after every earlier shader write.
     pub fn copy_to_host(&mut self, copies: &[(vk::Buffer, u64, u64, u64)], dst: vk::Buffer) {
+        self.pay_barrier();
         let before = vk::MemoryBarrier::default().src_access_mask(vk::AccessFlags::SHADER_WRITE).dst_access_mask(vk::AccessFlags::TRANSFER_READ);
         let after = vk::MemoryBarrier::default().src_access_mask(vk::AccessFlags::TRANSFER_WRITE).dst_access_mask(vk::AccessFlags::HOST_READ);
         // SAFETY: recording; both buffers are live and the region lies inside both.

@@ -21,7 +21,7 @@ pub mod probe;
 
 pub use context::{list_devices, ContextOptions, DeviceInfo, VulkanContext};
 pub use memory::VulkanKvMemory;
-pub use plan::{persistent_ffn_recorded, KvSource, VulkanOptions, VulkanPlan};
+pub use plan::{chained_stages_recorded, persistent_ffn_recorded, KvSource, VulkanOptions, VulkanPlan};
 
 use crate::DeviceError;
 
@@ -55,7 +55,7 @@ pub fn measure_read_bandwidth(ctx: &std::sync::Arc<VulkanContext>) -> Result<f64
         let mut result = Ok(());
         let t = std::time::Instant::now();
         oneshot.run(|_, cb| {
-            let mut rec = Recorder { device: &device, cb, pipelines: &mut pipelines };
+            let mut rec = Recorder::new(&device, cb, &mut pipelines);
             for _ in 0..PASSES {
                 if let Err(e) = rec.dispatch(Kernel::ReadBandwidth, &push, [GROUPS, 1, 1]) {
                     result = Err(e);

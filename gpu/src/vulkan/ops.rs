@@ -52,7 +52,7 @@ impl VulkanOps {
         let pipelines = &mut self.pipelines;
         let mut result = Ok(());
         self.oneshot.run(|_, cb| {
-            let mut rec = Recorder { device: &device, cb, pipelines };
+            let mut rec = Recorder::new(&device, cb, pipelines);
             result = record(&mut rec);
         })?;
         result

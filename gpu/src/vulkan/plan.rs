@@ -14,7 +14,7 @@ use strata_model::RopeStyle;
 
 use super::context::VulkanContext;
 use super::conv::{self, GpuLayout};
-use super::kernels::{int_quantize_groups, ActRounding, FfnLayout, GemmTile, Kernel, Pipelines, ProductLayout, Push, Recorder, WeightFormat};
+use super::kernels::{int_quantize_groups, ActRounding, ChainedKernel, FfnLayout, GemmTile, Kernel, Pipelines, ProductLayout, Push, Recorder, WeightFormat};
 use super::memory::{Buffer, DeviceArena, MemoryKind, Slice, Timeline, Uploader, VulkanKvMemory};
 use super::vk_error;
 use crate::kv_memory::HostKvMemory;
@@ -367,6 +367,9 @@ pub struct VulkanPlan {
     /// The fused epilogues' counters (one u32 per chunk of 256 outputs and token), zeroed at the
     /// start of each step; each chunk's last workgroup resets its own.
     counters: Slice,
+    /// Chained steps' record slots ([`chain_record_slots`]) and the bytes of one.
+    chain_records: Slice,
+    chain_slot_bytes: u64,
     /// 8-bit records an epilogue writes while its kernel still reads `rounded` (fused SwiGLU).
     rounded_alt: Slice,
     rope_table: Slice,
@@ -392,6 +395,9 @@ pub struct VulkanPlan {
     /// dispatches had counted when the last step was checked.
     grid_barriers: bool,
     give_ups_seen: u32,
+    /// Chained stages (shaders/chain.glsl) of each recorded step shape: the workgroups each
+    /// word counts by the step's end (word 0 none); empty for none. Its readback holds them.
+    chain_words: HashMap<(usize, usize), Vec<u32>>,
     ctx: Arc<VulkanContext>,
 }
 
@@ -640,9 +646,14 @@ impl VulkanPlan {
         sizes.push(rounded_bytes);
         sizes.push(rounded_bytes);
         // The counters, then the L2 prefetch's sink word, then the grid barriers' words
-        // (ffn_persistent.comp: arrivals, departures, give-ups).
-        sizes.push(counter_bytes(&graph) + 16 + GRID_SYNC_BYTES);
+        // (ffn_persistent.comp: arrivals, departures, give-ups), then the chained stages' words.
+        sizes.push(counter_bytes(&graph) + 16 + GRID_SYNC_BYTES + chain_bytes());
+        // Chained one-token steps' 8-bit records: a slot per record a step writes (see
+        // `chain_record_slots`).
+        let chain_slot_bytes = int_act_record(widest_input).0.next_multiple_of(256) as u64;
+        sizes.push(chain_slot_bytes * chain_record_slots(&graph.ops) as u64);
         let mut slices = arena.alloc_all(&sizes)?;
+        let chain_records = slices.pop().expect("allocated");
         let counters = slices.pop().expect("allocated");
         let rounded_alt = slices.pop().expect("allocated");
         let rounded_k = slices.pop().expect("allocated");
@@ -666,8 +677,8 @@ impl VulkanPlan {
         let param_layout = ParamLayout::new(opts.max_batch_tokens, opts.max_outputs, max_seqs, max_blocks_per_seq);
         let params = Buffer::new(ctx, (param_layout.total * 4) as u64, MemoryKind::HostVisible, "step parameters")?;
         let params_device = Buffer::new(ctx, (param_layout.total * 4) as u64, MemoryKind::DeviceLocal, "step parameters (device copy)")?;
-        // The logits, then the grid barriers' give-up count.
-        let readback = Buffer::new(ctx, (opts.max_outputs * hp.vocab_size * 4) as u64 + 4, readback_kind(), "logits readback")?;
+        // The logits, then the grid barriers' give-up count, then the chained stages' words.
+        let readback = Buffer::new(ctx, (opts.max_outputs * hp.vocab_size * 4) as u64 + 4 + chain_bytes(), readback_kind(), "logits readback")?;
         tracing::info!(device = %ctx.name(), weights_mib = weight_bytes >> 20, device_mib = arena.allocated_bytes() >> 20, "Vulkan plan compiled");
         Ok(VulkanPlan {
             commands: CommandCache::new(ctx)?,
@@ -678,6 +689,8 @@ impl VulkanPlan {
             bufs,
             partial,
             counters,
+            chain_records,
+            chain_slot_bytes,
             rounded_alt,
             rope_table,
             rounded: [rounded_0, rounded_k],
@@ -695,6 +708,7 @@ impl VulkanPlan {
             weight_bytes,
             grid_barriers: false,
             give_ups_seen: 0,
+            chain_words: HashMap::new(),
             ctx: ctx.clone(),
         })
     }
@@ -783,7 +797,10 @@ impl VulkanPlan {
         // SAFETY: a fresh command buffer.
         unsafe { self.ctx.device.begin_command_buffer(cb, &vk::CommandBufferBeginInfo::default()) }.map_err(|e| vk_error(&name, "vkBeginCommandBuffer", e))?;
         let ops = std::mem::take(&mut self.graph.ops);
-        let result = self.record_ops(cb, &ops, n, n_out).map(|grid| self.grid_barriers |= grid);
+        let result = self.record_ops(cb, &ops, n, n_out).map(|(grid, chain_words)| {
+            self.grid_barriers |= grid;
+            self.chain_words.insert((n, n_out), chain_words);
+        });
         self.graph.ops = ops;
         // SAFETY: recording began above.
         let ended = unsafe { self.ctx.device.end_command_buffer(cb) };
@@ -796,8 +813,9 @@ impl VulkanPlan {
         Ok(cb)
     }
 
-    /// Records the step's ops into `cb`; returns whether it has grid barriers.
-    fn record_ops(&mut self, cb: vk::CommandBuffer, ops: &[Op], n: usize, n_out: usize) -> Result<bool, DeviceError> {
+    /// Records the step's ops into `cb`; returns whether it has grid barriers and how many
+    /// chained stages' words it reads back.
+    fn record_ops(&mut self, cb: vk::CommandBuffer, ops: &[Op], n: usize, n_out: usize) -> Result<(bool, Vec<u32>), DeviceError> {
         let hp = self.graph.hparams.clone();
         let pl = self.param_layout;
         let (p_tokens, p_pos, p_seq, p_rows, p_toff, p_tables, p_header) =
@@ -821,7 +839,7 @@ impl VulkanPlan {
             // SAFETY: recording; the pool has `n` queries.
             unsafe { device.cmd_reset_query_pool(cb, pool, 0, n) };
         }
-        let mut rec = Recorder { device: &device, cb, pipelines: &mut self.pipelines };
+        let mut rec = Recorder::new(&device, cb, &mut self.pipelines);
         rec.copy_in(params_host, params_buffer, params_bytes);
         // Only the opt-in fused epilogues count (a fill and a barrier per step otherwise saved).
         if ["STRATA_VULKAN_FUSE_SWIGLU_PRODUCT", "STRATA_VULKAN_FUSE_ATTENTION"].iter().any(|k| std::env::var(k).as_deref() == Ok("1")) {
@@ -845,6 +863,13 @@ impl VulkanPlan {
         let grid_sync = sink + 16;
         let mut grid_barriers = false;
         let mut persistent_ffn_ops = Vec::new();
+        // Chained stages: one-token steps of the fast kernels, opt-in.
+        let chain_offset = counters.offset + counter_bytes(graph) + 16 + GRID_SYNC_BYTES;
+        let mut chain = ChainRecording::new(n == 1 && !ctx.exact && chain_enabled(), grid_sync + GRID_SYNC_BYTES, CHAIN_LINE_WORDS as u32);
+        let mut record_slots = (0..chain_record_slots(ops) as u64).map(|i| self.chain_records.address + i * self.chain_slot_bytes);
+        if chain.enabled {
+            rec.zero(counters_buffer, chain_offset, chain_bytes());
+        }
         for (op_index, op) in ops.iter().enumerate() {
             if skip_ops > 0 {
                 skip_ops -= 1;
@@ -918,9 +943,10 @@ impl VulkanPlan {
                     match fused {
                         Some(r) => {
                             let (record_bytes, meta_offset) = int_act_record(width as usize);
-                            let push = Push::new().addr(addr_of(*input)).addr(w).addr(addr_of(*out)).addr(rounded[r as usize].address).u32(width).u32(1).u32(width).u32(out_width).f32(hp.rms_eps).u32(record_bytes as u32).u32(meta_offset as u32);
-                            rec.dispatch(Kernel::RmsNormInt(r), &push, [rows as u32, 1, 1])?;
-                            prequantized = Some(rounded[r as usize].address);
+                            let records = chain.record_slot(&mut record_slots).unwrap_or(rounded[r as usize].address);
+                            let push = Push::new().addr(addr_of(*input)).addr(w).addr(addr_of(*out)).addr(records).u32(width).u32(1).u32(width).u32(out_width).f32(hp.rms_eps).u32(record_bytes as u32).u32(meta_offset as u32);
+                            chain.dispatch(&mut rec, Kernel::RmsNormInt(r), push, [rows as u32, 1, 1])?;
+                            prequantized = Some(records);
                         }
                         None => {
                             let push = Push::new().addr(addr_of(*input)).addr(w).addr(addr_of(*out)).u32(width).u32(1).u32(width).u32(out_width).f32(hp.rms_eps);
@@ -987,13 +1013,14 @@ impl VulkanPlan {
                             let groups = g.rows.div_ceil(layout.groups() * pairs as usize);
                             match norm {
                                 Some((_, _, eps)) => rec.dispatch(Kernel::MatVecIntSwiGluF32Norm(g.layout.format, layout, pairs), &push.f32(eps), [groups.min(persistent_groups(ctx)) as u32, 1, 1])?,
-                                None => rec.dispatch(Kernel::MatVecIntSwiGluF32(g.layout.format, layout, pairs), &push, [groups as u32, 1, 1])?,
+                                None => chain.dispatch(&mut rec, Kernel::MatVecIntSwiGluF32(g.layout.format, layout, pairs), push, [groups as u32, 1, 1])?,
                             }
-                            rec.barrier();
+                            chain.end_stage(&mut rec);
                             let (record_bytes, meta) = int_act_record(g.rows);
-                            let quantize = Push::new().addr(addr_of(act)).addr(rounded[r as usize].address).u32(g.rows as u32).u32(g.rows as u32).u32(1).u32(record_bytes as u32).u32(meta as u32);
-                            rec.dispatch(Kernel::QuantizeActInt(r), &quantize, int_quantize_groups(1, g.rows))?;
-                            prequantized = Some(rounded[r as usize].address);
+                            let records = chain.record_slot(&mut record_slots).unwrap_or(rounded[r as usize].address);
+                            let quantize = Push::new().addr(addr_of(act)).addr(records).u32(g.rows as u32).u32(g.rows as u32).u32(1).u32(record_bytes as u32).u32(meta as u32);
+                            chain.dispatch(&mut rec, Kernel::QuantizeActInt(r), quantize, int_quantize_groups(1, g.rows))?;
+                            prequantized = Some(records);
                         } else {
                             rec.dispatch(Kernel::MatVecIntSwiGlu(g.layout.format, r, layout), &push, [g.rows.div_ceil(layout.groups()) as u32, 1, 1])?;
                             // SwiGLU is done, and the down projection's input quantized (into the
@@ -1043,7 +1070,7 @@ impl VulkanPlan {
                             let groups = (w.rows / 2).div_ceil(layout.groups());
                             match norm {
                                 Some((_, _, eps)) => rec.dispatch(Kernel::MatVecIntRopeNorm(w.layout.format, layout), &push.f32(eps), [groups.min(persistent_groups(ctx)) as u32, 1, 1])?,
-                                None => rec.dispatch(Kernel::MatVecIntRope(w.layout.format, layout), &push, [groups as u32, 1, 1])?,
+                                None => chain.dispatch(&mut rec, Kernel::MatVecIntRope(w.layout.format, layout), push, [groups as u32, 1, 1])?,
                             }
                         }
                         // Both RoPEs and the store.
@@ -1077,7 +1104,7 @@ impl VulkanPlan {
                                 .u32(meta_offset as u32)
                                 .u32(accumulate);
                             let (kernel, groups) = int_product_dispatch(ctx, w.layout.format, w.rows, w.cols, rows_in);
-                            rec.dispatch(kernel, &push, groups)?;
+                            chain.dispatch(&mut rec, kernel, push, groups)?;
                         } else {
                             let push = Push::new().addr(w.address).addr(w.aux()).addr(x).addr(addr_of(p.out)).addr(bias).u32(w.rows as u32).u32(w.cols as u32).u32(rows_in as u32).u32(x_stride).u32(graph.buffer(p.out).width as u32);
                             let (kernel, push, groups) = product_dispatch(ctx, w.layout.format, w.rows, rows_in, push);
@@ -1257,7 +1284,7 @@ impl VulkanPlan {
                     rec.dispatch(Kernel::SelectRows, &push, [n_out as u32, 1, 1])?;
                 }
             }
-            rec.barrier();
+            chain.end_stage(&mut rec);
             if let Some((pool, _)) = profile_pool {
                 rec.timestamp(pool, op_index as u32 + 1);
             }
@@ -1271,6 +1298,14 @@ impl VulkanPlan {
             let give_ups = grid_sync + 8 - counters.address;
             copies.push((counters_buffer, counters.offset + give_ups, (self.opts.max_outputs * hp.vocab_size * 4) as u64, 4));
         }
+        if !chain.counts.is_empty() {
+            // The chained stages' words, after that: each line's used words, line after line.
+            let used = chain.counts.len() as u64 * 4;
+            for line in 0..CHAIN_LINES {
+                copies.push((counters_buffer, chain_offset + line * CHAIN_LINE_WORDS * 4, (self.opts.max_outputs * hp.vocab_size * 4) as u64 + 4 + line * used, used));
+            }
+            CHAINED_STAGES_RECORDED.fetch_add(chain.counts.len() as u64 - 1, std::sync::atomic::Ordering::Relaxed);
+        }
         rec.copy_to_host(&copies, self.readback.buffer);
         if let Some((pool, _)) = profile_pool {
             rec.timestamp(pool, n_graph_ops + 1);
@@ -1280,7 +1315,7 @@ impl VulkanPlan {
                 p.relabeled.insert((i, step_class(n)), "feed-forward half (one dispatch)");
             }
         }
-        Ok(grid_barriers)
+        Ok((grid_barriers, chain.counts))
     }
 }
 
@@ -1437,6 +1472,163 @@ static PERSISTENT_FFN_RECORDED: std::sync::atomic::AtomicU64 = std::sync::atomic
 /// barriers (`STRATA_VULKAN_PERSISTENT_FFN=1`): for tests that must know the path was taken.
 pub fn persistent_ffn_recorded() -> u64 {
     PERSISTENT_FFN_RECORDED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// chain.glsl's layout of the chained stages' words: each stage counts in CHAIN_LINES words
+/// CHAIN_LINE_WORDS apart (stage s's line l is word l * CHAIN_LINE_WORDS + s; word 0 of each
+/// line is a stage that never counts), so a step chains at most CHAIN_LINE_WORDS - 1 stages.
+const CHAIN_LINES: u64 = 16;
+const CHAIN_LINE_WORDS: u64 = 1024;
+
+/// Record slots a chained step can use: one per RMSNorm and SwiGLU of the graph (each writes the
+/// records of the product after it), and a spare.
+fn chain_record_slots(ops: &[Op]) -> usize {
+    ops.iter().filter(|op| matches!(op, Op::RmsNorm { .. } | Op::SwiGlu { .. })).count() + 1
+}
+
+/// Bytes of the chained stages' words.
+fn chain_bytes() -> u64 {
+    CHAIN_LINES * CHAIN_LINE_WORDS * 4
+}
+
+/// Chained stages recorded in this process (`STRATA_VULKAN_CHAIN=1`): for tests that must know
+/// the path was taken.
+static CHAINED_STAGES_RECORDED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many chained stages (shaders/chain.glsl) this process has recorded.
+pub fn chained_stages_recorded() -> u64 {
+    CHAINED_STAGES_RECORDED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// chain.glsl's mark of a wait that gave up.
+const CHAIN_GAVE_UP: u32 = 0x8000_0000;
+
+/// Whether one-token steps chain their stages (`STRATA_VULKAN_CHAIN=1`, read at each
+/// recording): off by default.
+fn chain_enabled() -> bool {
+    std::env::var("STRATA_VULKAN_CHAIN").as_deref() == Ok("1")
+}
+
+/// Workgroups of a chained product at most (`STRATA_VULKAN_CHAIN_GROUPS`, default 1,056: eight
+/// of 128 invocations an SM of an H200), each taking units in turn.
+fn chain_groups() -> u32 {
+    std::env::var("STRATA_VULKAN_CHAIN_GROUPS").ok().and_then(|v| v.parse().ok()).filter(|&g| g > 0).unwrap_or(1056)
+}
+
+/// The chained stages of a step being recorded (shaders/chain.glsl). A stage is the dispatches
+/// between two stage ends (a layer's Q, K and V products are one); a stage of chained builds
+/// only gets a word, counts its workgroups into it, and leaves its pipeline barrier to the next
+/// command that needs one: a chained stage right after it waits on its word instead.
+struct ChainRecording {
+    enabled: bool,
+    /// Device address of word 0.
+    base: u64,
+    capacity: u32,
+    next_word: u32,
+    /// The stage being recorded.
+    current: Option<ChainStage>,
+    /// The last stage, chained and with no barrier after it: (word, workgroups).
+    open: Option<(u32, u32)>,
+    /// The workgroups each word counts by the step's end (word 0: none); empty while no stage
+    /// is chained.
+    counts: Vec<u32>,
+}
+
+/// A stage being recorded with chained dispatches.
+#[derive(Clone, Copy)]
+struct ChainStage {
+    word: u32,
+    /// Workgroups of its chained dispatches so far.
+    workgroups: u32,
+    /// The count of the stage before that they wait for.
+    expect: u32,
+    /// Whether a dispatch without a chained build joined it (it then ends with a barrier: that
+    /// dispatch counts nowhere).
+    mixed: bool,
+}
+
+impl ChainRecording {
+    fn new(enabled: bool, base: u64, capacity: u32) -> ChainRecording {
+        ChainRecording { enabled, base, capacity, next_word: 1, current: None, open: None, counts: Vec::new() }
+    }
+
+    /// Records `k`: its chained build where chaining is on and it has one (the push constants
+    /// then get their tail), else as it is.
+    fn dispatch(&mut self, rec: &mut Recorder, k: Kernel, push: Push, groups: [u32; 3]) -> Result<(), DeviceError> {
+        let chained = if self.enabled { ChainedKernel::of(k) } else { None };
+        let chained = chained.filter(|_| !groups.contains(&0) && (self.current.is_some() || self.next_word < self.capacity));
+        let Some(chained) = chained else {
+            if let Some(stage) = &mut self.current {
+                // Ordered after the stage before by a barrier (the chained dispatches before it
+                // in this stage paid none).
+                stage.mixed = true;
+                rec.barrier();
+            }
+            return rec.dispatch(k, &push, groups);
+        };
+        // Products take units in turn in at most this many workgroups (matvec_q.comp's chained
+        // builds; the same bits with any count).
+        let groups = match chained {
+            ChainedKernel::RmsNormInt(_) | ChainedKernel::QuantizeActInt(_) => groups,
+            _ => [groups[0].min(chain_groups()), groups[1], groups[2]],
+        };
+        let stage = match self.current {
+            Some(stage) => stage,
+            None => {
+                let word = self.next_word;
+                self.next_word += 1;
+                let expect = match self.open {
+                    Some((w, count)) if w + 1 == word => count,
+                    _ => 0,
+                };
+                ChainStage { word, workgroups: 0, expect, mixed: false }
+            }
+        };
+        let push = push.chain(stage.expect, self.base + 4 * u64::from(stage.word - 1));
+        if stage.expect > 0 {
+            rec.dispatch_chained(Kernel::Chained(chained), &push, groups)?;
+        } else {
+            // (After an unchained stage: its pipeline barrier orders this one.)
+            rec.dispatch(Kernel::Chained(chained), &push, groups)?;
+        }
+        self.current = Some(ChainStage { workgroups: stage.workgroups + groups[0] * groups[1] * groups[2], ..stage });
+        Ok(())
+    }
+
+    /// Where the next chained stage that writes 8-bit records writes them: a slot of its own
+    /// for the step, so that a chained product reads its input through its cached views, which
+    /// no line of an earlier read of the same address in this step can serve stale (the step
+    /// starts with a barrier that invalidates them). With chaining off, or out of slots (the
+    /// rest of the step is then recorded unchained), None: the shared records.
+    fn record_slot(&mut self, slots: &mut impl Iterator<Item = u64>) -> Option<u64> {
+        if !self.enabled {
+            return None;
+        }
+        let slot = slots.next();
+        if slot.is_none() {
+            self.enabled = false;
+        }
+        slot
+    }
+
+    /// Ends the stage: a chained one leaves its barrier to the next command that needs it,
+    /// any other records it.
+    fn end_stage(&mut self, rec: &mut Recorder) {
+        if let Some(stage) = self.current {
+            self.counts.resize(stage.word as usize + 1, 0);
+            self.counts[stage.word as usize] = stage.workgroups;
+        }
+        match self.current.take() {
+            Some(stage) if !stage.mixed => {
+                self.open = Some((stage.word, stage.workgroups));
+                rec.defer_barrier();
+            }
+            _ => {
+                self.open = None;
+                rec.barrier();
+            }
+        }
+    }
 }
 
 /// Bytes of the grid barriers' words (arrivals, departures, give-ups, and one that the
@@ -1692,6 +1884,25 @@ impl ForwardPlan for VulkanPlan {
                     &self.ctx,
                     format!("the persistent feed-forward dispatch's {} workgroups were not all resident at once (a grid barrier gave up); set STRATA_VULKAN_PERSISTENT_GROUPS lower or unset STRATA_VULKAN_PERSISTENT_FFN", grid_groups(&self.ctx)),
                 ));
+            }
+        }
+        if let Some(counts) = self.chain_words.get(&(n, n_out)).filter(|c| !c.is_empty()) {
+            // Every chained stage counted each of its workgroups, and no wait gave up.
+            let at = self.opts.max_outputs * vocab * 4 + 4;
+            let words = bytes.get(at..at + 4 * counts.len() * CHAIN_LINES as usize).unwrap_or_default();
+            let word_at = |line: usize, stage: usize| {
+                let at = 4 * (line * counts.len() + stage);
+                words.get(at..at + 4).map_or(0, |c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            };
+            for (word, &want) in counts.iter().enumerate() {
+                let lines: Vec<u32> = (0..CHAIN_LINES as usize).map(|l| word_at(l, word)).collect();
+                if lines.iter().any(|w| w & CHAIN_GAVE_UP != 0) {
+                    return Err(unsupported(&self.ctx, format!("chained stage {word}'s wait for the stage before gave up (the device started a dispatch's workgroups before the one before had all started); unset STRATA_VULKAN_CHAIN")));
+                }
+                let got: u32 = lines.iter().sum();
+                if got != want {
+                    return Err(unsupported(&self.ctx, format!("chained stage {word} counted {got} of its {want} workgroups (a kernel that does not count every workgroup); unset STRATA_VULKAN_CHAIN")));
+                }
             }
         }
         let bytes = &bytes[..n_out * vocab * 4];

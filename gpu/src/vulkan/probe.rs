@@ -42,6 +42,39 @@ pub enum ProbeMode {
     GridBarriers { workgroups: u32, poll: BarrierPoll, preload: bool },
     /// As `GridBarriers` without the waits: the same loads, no ordering between stages.
     Unordered { workgroups: u32 },
+    /// One dispatch per stage as `Dispatches`, without the pipeline barriers: each workgroup
+    /// waits until every workgroup of the stage before has counted itself done (an atomic
+    /// counter per stage, volatile-load polls, bounded); with `preload`, it issues its first
+    /// loads before waiting. Each stage keeps its own dispatch (and a kernel its own register
+    /// count) while its launch may overlap the previous stage's tail. `workgroups`: at most this
+    /// many a streaming stage (each takes a grid-stride share), 0 for as many as `Dispatches`.
+    Chained { preload: bool, workgroups: u32, alternate: Alternate },
+    /// `Dispatches` with execution-only pipeline barriers (no memory barrier: no cache
+    /// maintenance asked for), to tell the barrier's wait from its cache work.
+    ExecutionBarriers,
+    /// `Dispatches` with no barriers at all: how far the driver overlaps dispatches.
+    DispatchesUnordered { alternate: Alternate },
+}
+
+/// Which pipelines consecutive stages of the barrier-free modes run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Alternate {
+    /// All the same pipeline.
+    Same,
+    /// Every other stage a second build of the same shader.
+    Copy,
+    /// Every other stage a build with 16 KiB more shared memory.
+    BigShared,
+}
+
+impl Alternate {
+    fn kernel(self, stage: usize) -> Kernel {
+        match (self, stage % 2) {
+            (Alternate::Same, _) | (_, 0) => Kernel::StageChain,
+            (Alternate::Copy, _) => Kernel::StageChainOther(0),
+            (Alternate::BigShared, _) => Kernel::StageChainOther(1),
+        }
+    }
 }
 
 /// How a grid barrier's waiting workgroups read its counter.
@@ -104,20 +137,26 @@ pub fn measure_stage_boundaries(ctx: &Arc<VulkanContext>, pattern: &[ProbeStage]
     }
     let max_invocations = (STREAM_GROUPS_MAX * 256).max(modes.iter().map(|m| match m {
         ProbeMode::GridBarriers { workgroups, .. } | ProbeMode::Unordered { workgroups } => u64::from(*workgroups) * 256,
-        ProbeMode::Dispatches => 0,
+        ProbeMode::Dispatches | ProbeMode::Chained { .. } | ProbeMode::ExecutionBarriers | ProbeMode::DispatchesUnordered { .. } => 0,
     }).max().unwrap_or(0));
     let mut sink = Buffer::new(ctx, (max_invocations + 1) * 4, MemoryKind::HostVisible, "stage probe sink")?;
-    let counter = Buffer::new(ctx, 16, MemoryKind::DeviceLocal, "stage probe counter")?;
+    // Word 0: the grid barriers' counter; modes 4 and 5: word k counts stage k's workgroups done.
+    let counter_bytes = (pattern.len() as u64 * 4).max(16).next_multiple_of(16);
+    let counter = Buffer::new(ctx, counter_bytes, MemoryKind::DeviceLocal, "stage probe counter")?;
     let mut pipelines = Pipelines::new(ctx)?;
     let mut oneshot = OneShot::new(ctx)?;
     let range_addresses: Vec<u64> = (0..4).map(|i| ranges[(i as u64 % n_buffers) as usize].address()).collect();
     let sink_address = sink.address();
-    let base = |mode: u32, stage: u32, poll: u32| {
+    let base = |mode: u32, stage: u32, poll: u32, prev_groups: u32| {
         let mut push = Push::new();
         for a in &range_addresses {
             push = push.addr(*a);
         }
-        push.addr(sink_address).addr(counter.address()).addr(stages.address()).u32(pattern.len() as u32).u32(mode).u32(stage).u32(1 << 20).u32(poll)
+        push.addr(sink_address).addr(counter.address()).addr(stages.address()).u32(pattern.len() as u32).u32(mode).u32(stage).u32(1 << 20).u32(poll).u32(prev_groups)
+    };
+    let groups_of = |s: &ProbeStage| match s {
+        ProbeStage::Stream { bytes } => (bytes / 16).div_ceil(256 * 8).clamp(1, STREAM_GROUPS_MAX) as u32,
+        ProbeStage::Single { .. } => 1,
     };
     let mut results = Vec::new();
     for &mode in modes {
@@ -130,25 +169,42 @@ pub fn measure_stage_boundaries(ctx: &Arc<VulkanContext>, pattern: &[ProbeStage]
             let mut result = Ok(());
             let t = std::time::Instant::now();
             oneshot.run(|_, cb| {
-                let mut rec = Recorder { device: &device, cb, pipelines: &mut pipelines };
+                let mut rec = Recorder::new(&device, cb, &mut pipelines);
                 for _ in 0..passes.max(1) {
                     let recorded = match mode {
-                        ProbeMode::Dispatches => pattern.iter().enumerate().try_for_each(|(k, s)| {
-                            let groups = match s {
-                                ProbeStage::Stream { bytes } => (bytes / 16).div_ceil(256 * 8).clamp(1, STREAM_GROUPS_MAX) as u32,
-                                ProbeStage::Single { .. } => 1,
+                        ProbeMode::Dispatches | ProbeMode::ExecutionBarriers | ProbeMode::DispatchesUnordered { .. } => pattern.iter().enumerate().try_for_each(|(k, s)| {
+                            let kernel = match mode {
+                                ProbeMode::DispatchesUnordered { alternate } => alternate.kernel(k),
+                                _ => Kernel::StageChain,
                             };
-                            rec.dispatch(Kernel::StageChain, &base(0, k as u32, 0), [groups, 1, 1])?;
-                            rec.barrier();
+                            rec.dispatch(kernel, &base(0, k as u32, 0, 0), [groups_of(s), 1, 1])?;
+                            match mode {
+                                ProbeMode::Dispatches => rec.barrier(),
+                                ProbeMode::ExecutionBarriers => rec.execution_barrier(),
+                                _ => {}
+                            }
                             Ok(())
                         }),
+                        ProbeMode::Chained { preload, workgroups, alternate } => {
+                            rec.barrier_before_transfer();
+                            rec.zero(counter.buffer, 0, counter_bytes);
+                            let m = if preload { 5 } else { 4 };
+                            let done = pattern.iter().enumerate().try_for_each(|(k, s)| {
+                                let prev = k.checked_sub(1).map_or(0, |p| groups_of(&pattern[p]));
+                                let cap = |g: u32| if workgroups == 0 { g } else { g.min(workgroups) };
+                                let prev = cap(prev);
+                                rec.dispatch(alternate.kernel(k), &base(m, k as u32, 1, prev), [cap(groups_of(s)), 1, 1])
+                            });
+                            rec.barrier();
+                            done
+                        }
                         ProbeMode::GridBarriers { workgroups, .. } | ProbeMode::Unordered { workgroups } => {
                             rec.zero(counter.buffer, 0, 16);
                             let (m, poll) = match mode {
                                 ProbeMode::GridBarriers { poll, preload, .. } => (if preload { 3 } else { 1 }, u32::from(poll == BarrierPoll::VolatileLoad)),
                                 _ => (2, 0),
                             };
-                            let done = rec.dispatch(Kernel::StageChain, &base(m, 0, poll), [workgroups, 1, 1]);
+                            let done = rec.dispatch(Kernel::StageChain, &base(m, 0, poll, 0), [workgroups, 1, 1]);
                             rec.barrier();
                             done
                         }

@@ -20,6 +20,22 @@ layout(buffer_reference, std430, buffer_reference_align = 1) buffer U8s { uint8_
 layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer F32sC { float v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer U32sC { uint v[]; };
 
+#if defined(CHAINED)
+// Chained builds (chain.glsl) run beside the dispatch before them, without a pipeline barrier
+// and so without its cache invalidation: f32 rows that another dispatch of the same step wrote
+// (the residual stream, the SwiGLU row) are read through coherent views, which no stale line of
+// an earlier read in this SM can serve. The 8-bit records are not (read by every workgroup of a
+// product, they need the L1: through coherent views the 7B's decode fell from 410 to 282 t/s on
+// the H200); a chained step writes each to a slot of its own instead. Weights, which no step
+// writes, keep the cached views.
+layout(buffer_reference, std430, buffer_reference_align = 16) coherent buffer Vec4sC { vec4 v[]; };
+#define IN_F32S F32sC
+#define IN_VEC4S Vec4sC
+#else
+#define IN_F32S F32s
+#define IN_VEC4S Vec4s
+#endif
+
 // a / b and sqrt(a) rounded once, as the CPU computes them: Vulkan lets a division or square root
 // be off by a few ulps (llvmpipe's division is), which moves an 8-bit activation a whole step
 // now and then. F64 builds compute them in f64 (both correctly rounded there; rounding the f64

@@ -68,6 +68,10 @@ layout(push_constant) uniform Push {
 #if defined(NORM_PROLOGUE)
     float eps;
 #endif
+#if defined(CHAINED)
+    uint chain_expect;
+    uint64_t chain;
+#endif
 } pc;
 #elif defined(SWIGLU_PAIR)
 // The gate and up projections of one decoding token with SwiGLU and the quantization for the
@@ -95,6 +99,10 @@ layout(push_constant) uniform Push {
 #if defined(NORM_PROLOGUE)
     float eps;
 #endif
+#if defined(CHAINED)
+    uint chain_expect;
+    uint64_t chain;
+#endif
 } pc;
 #else
 layout(push_constant) uniform Push {
@@ -112,6 +120,10 @@ layout(push_constant) uniform Push {
     uint meta_offset;
     // Nonzero: add the product into `out_` (the residual stream) instead of writing it.
     uint accumulate;
+#if defined(CHAINED)
+    uint chain_expect;
+    uint64_t chain;
+#endif
 } pc;
 #endif
 
@@ -242,6 +254,47 @@ void norm_prologue() {
 #define UNITS_PARTIALS partials
 #include "matvec_q_units.glsl"
 
+#if defined(CHAINED)
+#if defined(NORM_PROLOGUE) || defined(PERSISTENT) || NT != 1
+#error "chained builds are the one-token staged kernels"
+#endif
+#define CHAIN_PC(name) pc.name
+#include "chain.glsl"
+
+// Loads this invocation's first weight item of each of its unit's rows (as the loop below will)
+// while the workgroup waits for the stage before: weights do not depend on it, and the loop then
+// finds them in the caches. Returns a value of them to keep the loads.
+uint chain_prefetch(uint wg) {
+    uint tid = gl_LocalInvocationID.x;
+    uint lane = tid % TPR;
+    uint unit = wg * GROUPS + tid / TPR;
+    if (lane >= pc.cols / 32) {
+        return 0u;
+    }
+#if defined(QKV_ROPE)
+    bool rotated;
+    uint angle;
+    uvec2 pair = pair_rows(min(unit, pc.units - 1), rotated, angle);
+#endif
+    uint h = 0u;
+    [[unroll]] for (uint r = 0; r < ROWS; r++) {
+#if defined(QKV_ROPE)
+        uint row = pair[r];
+#elif defined(SWIGLU_PAIR)
+        uint row = min(min(unit * PAIRS, pc.rows - 1) + r / 2, pc.rows - 1);
+#else
+        uint row = min(unit * ROWS + r, pc.rows - 1);
+#endif
+        uint wq[8];
+        vec2 ws;
+        ivec4 wsc;
+        load_w(W_OF(r), AUX_OF(r), pc.cols, row, lane, wq, ws, wsc);
+        h ^= wq[0] ^ wq[7] ^ floatBitsToUint(ws.x) ^ uint(wsc.x);
+    }
+    return h;
+}
+#endif
+
 void main() {
 #if defined(PERSISTENT)
 #if defined(NORM_PROLOGUE)
@@ -257,6 +310,30 @@ void main() {
         // The next units' sums go where this one's were read.
         barrier();
     }
+#elif defined(CHAINED)
+    // A few workgroups each take units in turn (the host dispatches at most
+    // STRATA_VULKAN_CHAIN_GROUPS): the wait and the count are paid once a workgroup, and a stage
+    // in one wave issues all its first loads before waiting (the stage probe: 3.4 against
+    // 3.9-4.6 us a boundary).
+#if defined(QKV_ROPE)
+    uint n_groups = (pc.units + GROUPS - 1) / GROUPS;
+#elif defined(SWIGLU_PAIR)
+    uint n_groups = (pc.rows + GROUPS * PAIRS - 1) / (GROUPS * PAIRS);
+#else
+    uint n_groups = (pc.rows + GROUPS * ROWS - 1) / (GROUPS * ROWS);
+#endif
+    uint pre = chain_prefetch(gl_WorkGroupID.x);
+    chain_wait();
+    // (Never true: the rows are not empty. It keeps the prefetched loads.)
+    if (pre == 0x9E3779B9u && pc.cols == 0u) {
+        U32s(pc.chain).v[2] = pre;
+    }
+    for (uint wg = gl_WorkGroupID.x; wg < n_groups; wg += gl_NumWorkGroups.x) {
+        units_of(wg);
+        // The next units' sums go where this one's were read.
+        barrier();
+    }
+    chain_signal();
 #else
     units_of(gl_WorkGroupID.x);
 #endif

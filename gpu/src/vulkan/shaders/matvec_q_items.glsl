@@ -21,6 +21,9 @@ float x_scale(uvec2 meta) {
 #endif
 }
 
+// (Records are read through the cached views even in CHAINED builds, which have no pipeline
+// barrier before them: a chained step writes each record to a slot of its own, which no earlier
+// read in the step can have left in a cache; plan.rs, `ChainRecording::record_slot`.)
 // The activation record's 8-byte words and block metadata: in device memory, or (NORM_PROLOGUE
 // builds of matvec_q.comp) in the workgroup's own copy in shared memory, np_words / np_meta.
 #if defined(NORM_PROLOGUE)

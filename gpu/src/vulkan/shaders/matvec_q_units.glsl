@@ -244,7 +244,7 @@ void UNITS_FN(uint wg) {
             uint at = token * PC(out_stride) + row;
             // As the CPU: the projection (with its bias), then the residual add.
             float r = s + b;
-            F32s(PC(out_)).v[at] = PC(accumulate) != 0 ? F32s(PC(out_)).v[at] + r : r;
+            F32s(PC(out_)).v[at] = PC(accumulate) != 0 ? IN_F32S(PC(out_)).v[at] + r : r;
         }
     }
 #endif

@@ -49,6 +49,10 @@ layout(push_constant) uniform Push {
 #ifdef COMBINE
     uint head_dim;
 #endif
+#if defined(CHAINED)
+    uint chain_expect;
+    uint64_t chain;
+#endif
 } pc;
 
 #ifdef COMBINE
@@ -120,12 +124,23 @@ void input_run(uint row, uint first, uint slot, out float v[8]) {
 void input_run(uint row, uint first, uint slot, out float v[8]) {
     uint e0 = first + 8 * slot;
     [[unroll]] for (uint k = 0; k < 8; k++) {
-        v[k] = e0 + k < pc.cols ? F32s(pc.x).v[row * pc.stride + e0 + k] : 0.0;
+        v[k] = e0 + k < pc.cols ? IN_F32S(pc.x).v[row * pc.stride + e0 + k] : 0.0;
     }
 }
 #endif
 
+#if defined(CHAINED)
+#if !defined(INT_OUT) || defined(SWIGLU) || defined(COMBINE)
+#error "the chained quantizer is the plain INT_OUT build"
+#endif
+#define CHAIN_PC(name) pc.name
+#include "chain.glsl"
+#endif
+
 void main() {
+#if defined(CHAINED)
+    chain_wait();
+#endif
 #ifdef INT_OUT
     uint chunks = (pc.cols + INT_CHUNK - 1) / INT_CHUNK;
     uint row = gl_WorkGroupID.x / chunks;
@@ -136,6 +151,9 @@ void main() {
     // (COMBINE: slots past the chunk hold zeros and write nothing.)
     uint e0 = slot < INT_CHUNK / 8 ? first + 8 * slot : pc.cols;
     ql_quantize(v, slot, e0, pc.cols, pc.out_ + uint64_t(row) * pc.out_stride, pc.meta_offset);
+#if defined(CHAINED)
+    chain_signal();
+#endif
 #else
     uint tid = gl_LocalInvocationID.x;
     uint chunks = (pc.cols + 255) / 256;

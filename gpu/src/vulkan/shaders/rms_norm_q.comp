@@ -29,6 +29,10 @@ layout(push_constant) uniform Push {
     float eps;
     uint record_bytes;
     uint meta_offset;
+#if defined(CHAINED)
+    uint chain_expect;
+    uint64_t chain;
+#endif
 } pc;
 
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer Vec4s { vec4 v[]; };
@@ -49,12 +53,20 @@ layout(buffer_reference, std430, buffer_reference_align = 8) buffer U32x2s { uve
 #endif
 shared SUM_T red[WG];
 
+#if defined(CHAINED)
+#define CHAIN_PC(name) pc.name
+#include "chain.glsl"
+#endif
+
 void main() {
+#if defined(CHAINED)
+    chain_wait();
+#endif
     uint r = gl_WorkGroupID.x;
     uint slot = ql_slot();
     uint n_words = pc.width / 4;
     // Rows start at multiples of 4 elements (widths are multiples of 32).
-    Vec4s x = Vec4s(pc.x + uint64_t(r * pc.in_stride) * 4);
+    IN_VEC4S x = IN_VEC4S(pc.x + uint64_t(r * pc.in_stride) * 4);
     Vec4s w = Vec4s(pc.weight);
     Vec4s o = Vec4s(pc.out_ + uint64_t(r * pc.out_stride) * 4);
     // Run k: elements 8 * (slot + k * WG) .. + 7, words 2 * (slot + k * WG) and the next.
@@ -123,4 +135,7 @@ void main() {
     [[unroll]] for (uint k = 0; k < RUNS; k++) {
         ql_write(v[k], block[k], slot + k * WG, 8 * (slot + k * WG), pc.width, rec, pc.meta_offset);
     }
+#if defined(CHAINED)
+    chain_signal();
+#endif
 }

@@ -8,7 +8,12 @@
 // of zero, bounded so that a device that does not keep every workgroup resident ends the run
 // instead of hanging; the sink's word 0 then counts the give-ups, and a give-up lifts every
 // later wait). Mode 2 is mode 1 without the waits: the streaming alone. Mode 3 is mode 1 with
-// each workgroup's first loads of the next stage issued before it waits.
+// each workgroup's first loads of the next stage issued before it waits. Modes 4 and 5 are mode 0
+// without the pipeline barriers: a dispatch a stage, each of its workgroups waiting (bounded, as
+// above) until every workgroup of the stage before has counted itself done in that stage's word
+// of the counter array; mode 5 issues its first loads before waiting. They ask whether a
+// dispatch's launch and ramp can overlap the previous dispatch's tail while each stage keeps its
+// own kernel (and register count).
 // (gpu/examples/stage_chain.rs drives it.)
 #include "common.glsl"
 
@@ -34,11 +39,21 @@ layout(push_constant) uniform Push {
     // Modes 1 and 3: how the grid barrier polls its counter (0: atomic adds of zero, 1: volatile
     // coherent loads).
     uint poll;
+    // Modes 4 and 5: the workgroups of the stage before (each counts itself in word stage - 1).
+    uint prev_groups;
 } pc;
 
 layout(buffer_reference, std430, buffer_reference_align = 16) readonly buffer Stages { uvec4 v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 4) volatile coherent buffer U32sV { uint v[]; };
+// BIG_SHARED builds (stage_chain_big_shared) take 16 KiB more shared memory, COPY builds
+// (stage_chain_copy) nothing more: alternating dispatches between builds asks whether a
+// pipeline switch, or one that changes the shared-memory carve-out, stops the driver from
+// overlapping dispatches that no barrier separates.
+#if defined(BIG_SHARED)
+shared float red[WG / 4 + 4096];
+#else
 shared float red[WG / 4];
+#endif
 shared uint gave_up;
 
 // The first UNROLL loads of this invocation's share of stage s (issued ahead of a barrier in
@@ -118,6 +133,38 @@ void main() {
     if (pc.mode == 0) {
         uvec4 s = stages.v[pc.stage];
         acc = s.w == 0 ? stream(s, gl_NumWorkGroups.x, gl_WorkGroupID.x) : single(s);
+    } else if (pc.mode >= 4) {
+        uvec4 s = stages.v[pc.stage];
+        uvec4 pre[UNROLL];
+        bool preloaded = pc.mode == 5 && s.w == 0;
+        if (preloaded) {
+            stream_first(s, gl_NumWorkGroups.x, gl_WorkGroupID.x, pre);
+        }
+        if (gl_LocalInvocationID.x == 0) {
+            gave_up = 0;
+            if (pc.stage > 0) {
+                uint spins = 0;
+                while (U32sV(pc.counter).v[pc.stage - 1] < pc.prev_groups) {
+                    spins++;
+                    if (spins >= pc.spin_limit) {
+                        gave_up = 1;
+                        break;
+                    }
+                }
+                memoryBarrierBuffer();
+            }
+        }
+        barrier();
+        if (s.w == 0) {
+            acc = preloaded ? stream_rest(s, gl_NumWorkGroups.x, gl_WorkGroupID.x, pre) : stream(s, gl_NumWorkGroups.x, gl_WorkGroupID.x);
+        } else {
+            acc = single(s);
+        }
+        barrier();
+        if (gl_LocalInvocationID.x == 0) {
+            memoryBarrierBuffer();
+            atomicAdd(U32sC(pc.counter).v[pc.stage], 1u);
+        }
     } else {
         if (gl_LocalInvocationID.x == 0) {
             gave_up = 0;
