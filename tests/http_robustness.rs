@@ -447,14 +447,54 @@ fn sigterm_with_a_stream_in_flight_exits_0() {
     let status = s.wait_exit(Duration::from_secs(40)).expect("the server exits after SIGTERM");
     assert_eq!(status.code(), Some(0), "SIGTERM ends the server with exit code 0 ({status})");
     assert!(clean, "the stream closes cleanly (its chunked framing complete), got {rest:?}");
-    if let Some(last) = rest.last() {
-        if last == "[DONE]" {
-            for d in &rest[..rest.len() - 1] {
-                let v: Value = serde_json::from_str(d).unwrap_or_else(|e| panic!("a chunk is JSON ({e}): {d}"));
-                assert!(v.get("error").is_none(), "a drained stream carries no error: {d}");
-            }
+    assert_eq!(rest.last().map(String::as_str), Some("[DONE]"), "the stream ends with [DONE]: {rest:?}");
+    // It drained to its end, or (on a slow machine) ran into the shutdown grace and was told so.
+    let cut_off = shutdown_error_position(&rest[..rest.len() - 1]);
+    eprintln!("after SIGTERM the stream carried {} more events (cut off: {})", rest.len(), cut_off.is_some());
+    assert!(s.stderr().contains("SIGTERM: shutting down"), "the server logged its shutdown");
+}
+
+/// Where a stream's chunks (without `[DONE]`) carry the shutdown's error, asserting that only its
+/// last chunk may, and that every chunk is JSON.
+fn shutdown_error_position(chunks: &[String]) -> Option<usize> {
+    let mut at = None;
+    for (i, d) in chunks.iter().enumerate() {
+        let v: Value = serde_json::from_str(d).unwrap_or_else(|e| panic!("a chunk is JSON ({e}): {d}"));
+        if let Some(e) = v.get("error") {
+            assert_eq!(i + 1, chunks.len(), "only the last chunk may carry an error: {d}");
+            let msg = e["message"].as_str().unwrap_or_default();
+            assert!(msg.contains("shutting down"), "the error names the shutdown: {d}");
+            at = Some(i);
         }
     }
-    eprintln!("after SIGTERM the stream carried {} more events, the last {:?}", rest.len(), rest.last());
-    assert!(s.stderr().contains("shutting down"), "the server logged its shutdown");
+    at
+}
+
+#[test]
+fn sigterm_cuts_off_a_stream_still_running_when_the_grace_ends() {
+    let grace_s = 2;
+    let mut s = TestServer::start_with(&[("STRATA_SERVER__SHUTDOWN_GRACE_S", "2")]);
+    // The model counts on greedily, far past the grace (1500 tokens: 10 s on the CPU here).
+    let body = json!({"prompt": "1, 2, 3, 4, 5, 6, 7, 8,", "temperature": 0, "max_tokens": 1500, "stream": true});
+    let mut sse = open_stream(s.addr(), CMPL, &body, CALL_TIMEOUT).expect("a stream");
+    assert_eq!(sse.status, 200);
+    for _ in 0..3 {
+        sse.next_data().expect("an event").expect("the stream is open");
+    }
+    let signalled = Instant::now();
+    s.sigterm();
+    let mut rest = Vec::new();
+    while let Some(d) = sse.next_data().unwrap_or_else(|e| panic!("the stream closes cleanly, got {e} after {} events", rest.len())) {
+        rest.push(d);
+    }
+    let closed_s = signalled.elapsed().as_secs_f64();
+    let status = s.wait_exit(Duration::from_secs(40)).expect("the server exits after SIGTERM");
+    assert_eq!(status.code(), Some(0), "SIGTERM ends the server with exit code 0 ({status})");
+    assert_eq!(rest.last().map(String::as_str), Some("[DONE]"), "the stream ends with [DONE]: {rest:?}");
+    let cut_off = shutdown_error_position(&rest[..rest.len() - 1]);
+    assert!(cut_off.is_some(), "a stream running past the grace ends with the shutdown's error: {:?}", &rest[rest.len().saturating_sub(3)..]);
+    assert!(rest.len() > 3, "the stream kept going during the grace: {rest:?}");
+    // The grace, plus a step or so on a slow device.
+    assert!(closed_s < grace_s as f64 + 20.0, "the stream was cut off {closed_s:.1} s after SIGTERM, the grace is {grace_s} s");
+    eprintln!("cut off {closed_s:.1} s after SIGTERM, after {} more events", rest.len());
 }

@@ -199,6 +199,7 @@ fn every_key_set() -> Config {
             max_queued_requests: d.server.max_queued_requests,
             max_running_requests: d.server.max_running_requests,
             request_timeout_s: d.server.request_timeout_s,
+            shutdown_grace_s: d.server.shutdown_grace_s,
             max_body_bytes: d.server.max_body_bytes,
             max_tokens_default: d.server.max_tokens_default,
             api_key: Some(Secret::new("k")),

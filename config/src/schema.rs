@@ -130,6 +130,11 @@ pub struct ServerConfig {
     /// `request_timeout_s`: seconds a request may take from arrival to its last token before it is
     /// cancelled (its KV cells are freed). `0` = no limit. Default `600`.
     pub request_timeout_s: u64,
+    /// `shutdown_grace_s`: after SIGINT/SIGTERM, seconds in-flight requests may take to finish.
+    /// The server stops accepting at once; a stream still running when the grace ends gets an
+    /// error event ("the server is shutting down") and its `[DONE]`, so every client sees a
+    /// complete response. Default `30`.
+    pub shutdown_grace_s: u64,
     /// `max_body_bytes`: largest accepted request body, in bytes; larger gets `413`.
     /// Default `16777216` (16 MiB).
     pub max_body_bytes: u64,
@@ -150,6 +155,7 @@ impl Default for ServerConfig {
             max_queued_requests: 64,
             max_running_requests: 0,
             request_timeout_s: 600,
+            shutdown_grace_s: 30,
             max_body_bytes: 16 * 1024 * 1024,
             max_tokens_default: 0,
             api_key: None,

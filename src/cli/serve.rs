@@ -10,8 +10,10 @@ use strata_actors::scheduler::{SchedulerOptions, SchedulerThread};
 use strata_config::Config;
 use strata_openai::Limits;
 
-/// How long in-flight streams may take to finish after SIGINT/SIGTERM.
-const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+/// What the scheduler keeps of the shutdown grace for the HTTP side: it cuts off streams still
+/// running this long before the HTTP server would drop their connections, so the error event and
+/// `[DONE]` it sends them are written and every client sees a complete response.
+const SHUTDOWN_FLUSH: Duration = Duration::from_secs(3);
 
 pub fn run(config: Config) -> Result<ExitCode> {
     let metrics = if config.metrics.enabled { strata_actors::metrics::install() } else { None };
@@ -23,7 +25,9 @@ pub fn run(config: Config) -> Result<ExitCode> {
         // With `[metrics] listen`, the metrics get their own address and leave the API port
         // (disabled metrics answer 404 with a reason on the API port).
         let metrics_on_main = (!config.metrics.enabled || config.metrics.listen.is_none()).then(|| config.metrics.path.clone());
-        let server = http::bind_with_metrics(state.clone(), listen, workers, SHUTDOWN_GRACE, metrics_on_main).with_context(|| format!("listening on {listen}"))?;
+        let grace = Duration::from_secs(config.server.shutdown_grace_s);
+        // The HTTP server's own timeout is the backstop: the scheduler ends streams earlier.
+        let server = http::bind_with_metrics(state.clone(), listen, workers, grace + SHUTDOWN_FLUSH, metrics_on_main).with_context(|| format!("listening on {listen}"))?;
         let metrics_server = match config.metrics.listen.filter(|_| config.metrics.enabled) {
             Some(addr) => {
                 let s = http::bind_metrics(state.clone(), addr, config.metrics.path.clone()).with_context(|| format!("listening on {addr} ([metrics] listen)"))?;
@@ -34,6 +38,7 @@ pub fn run(config: Config) -> Result<ExitCode> {
             }
             None => None,
         };
+        actix_web::rt::spawn(stop_on_signal(server.handle(), metrics_server.clone(), state.clone(), grace));
         eprintln!("strata-rt {} listening on http://{listen} (loading {})", env!("CARGO_PKG_VERSION"), config.model.path.display());
         let loader_state = state.clone();
         let cfg = config.clone();
@@ -56,11 +61,41 @@ pub fn run(config: Config) -> Result<ExitCode> {
         if let Some(m) = metrics_server {
             m.stop(true).await;
         }
-        eprintln!("shutting down");
         state.shutdown();
+        eprintln!("stopped");
         Ok::<_, anyhow::Error>(())
     })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Waits for SIGINT or SIGTERM, then shuts down gracefully: the listeners close at once, requests
+/// in flight get `grace` to finish, and streams still running then end with an error event and
+/// `[DONE]` (the scheduler's drain). A second signal does not hurry it; the grace bounds it.
+async fn stop_on_signal(server: actix_web::dev::ServerHandle, metrics: Option<actix_web::dev::ServerHandle>, state: Arc<AppState>, grace: Duration) {
+    let name = wait_for_stop_signal().await;
+    eprintln!("{name}: shutting down; requests in flight have {} s to finish", grace.as_secs());
+    tracing::info!(signal = name, grace_s = grace.as_secs(), "shutting down");
+    state.drain(std::time::Instant::now() + grace);
+    if let Some(m) = metrics {
+        actix_web::rt::spawn(async move { m.stop(true).await });
+    }
+    server.stop(true).await;
+}
+
+/// The first of SIGINT and SIGTERM. Where SIGTERM cannot be watched, SIGINT alone.
+async fn wait_for_stop_signal() -> &'static str {
+    use actix_web::rt::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = actix_web::rt::signal::ctrl_c() => "SIGINT",
+        },
+        Err(e) => {
+            eprintln!("warning: cannot watch SIGTERM ({e}); SIGINT still shuts down gracefully");
+            let _ = actix_web::rt::signal::ctrl_c().await;
+            "SIGINT"
+        }
+    }
 }
 
 fn load(config: &Config) -> Result<(Ready, SchedulerThread)> {

@@ -64,6 +64,14 @@ impl AppState {
         *self.load_error.lock() = Some(error);
     }
 
+    /// Starts a graceful shutdown: new requests are refused, and the ones in flight may run until
+    /// `deadline`, when those still running end with an error event.
+    pub fn drain(&self, deadline: Instant) {
+        if let Some(s) = self.scheduler.lock().as_ref() {
+            s.drain(deadline);
+        }
+    }
+
     /// Stops the scheduler after the HTTP server has drained.
     pub fn shutdown(&self) {
         if let Some(s) = self.scheduler.lock().take() {
@@ -133,8 +141,9 @@ async fn not_found() -> HttpResponse {
 }
 
 /// Builds and binds the HTTP server, serving the metrics at `metrics_path` (`None`: not on this
-/// address, e.g. when `[metrics] listen` gives them their own). It stops accepting on
-/// SIGINT/SIGTERM and lets in-flight streams finish (up to `shutdown_timeout`).
+/// address, e.g. when `[metrics] listen` gives them their own). It does not listen for signals:
+/// the caller stops it through its handle ([`actix_web::dev::ServerHandle::stop`]), after which
+/// in-flight responses get `shutdown_timeout` to finish.
 ///
 /// # Errors
 /// The address cannot be bound.
@@ -166,13 +175,14 @@ pub fn bind_with_metrics(
     })
     .workers(workers.max(1))
     .shutdown_timeout(shutdown_timeout.as_secs())
+    .disable_signals()
     .bind(listen)?
     .run();
     Ok(server)
 }
 
 /// Binds a second, metrics-only server (`[metrics] listen`): `path` answers the Prometheus text,
-/// everything else 404. One worker; it stops with the main server on SIGINT/SIGTERM.
+/// everything else 404. One worker; it does not listen for signals (stop it through its handle).
 ///
 /// # Errors
 /// The address cannot be bound.
@@ -180,6 +190,7 @@ pub fn bind_metrics(state: Arc<AppState>, listen: SocketAddr, path: String) -> s
     let data = web::Data::from(state);
     let server = HttpServer::new(move || App::new().app_data(data.clone()).route(&path, web::get().to(metrics_text)).default_service(web::to(not_found)))
         .workers(1)
+        .disable_signals()
         .bind(listen)?
         .run();
     Ok(server)

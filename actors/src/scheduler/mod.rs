@@ -121,6 +121,8 @@ pub struct SchedulerStats {
 enum Command {
     Submit(Box<GenRequest>),
     Stats(oneshot::Sender<SchedulerStats>),
+    /// Refuse new requests; end the ones still running at the deadline with an error.
+    Drain(Instant),
     Shutdown,
 }
 
@@ -158,6 +160,17 @@ impl SchedulerThread {
     /// A handle for submitting requests.
     pub fn handle(&self) -> SchedulerHandle {
         self.handle.clone()
+    }
+
+    /// Refuses new requests from now on and lets the running and waiting ones finish until
+    /// `deadline`; those still running then end with an error event ("the server is shutting
+    /// down"), so their streams close complete. Returns at once.
+    pub fn drain(&self, deadline: Instant) {
+        // The mailbox keeps room for control messages beyond the queued requests; the timeout
+        // only guards against a scheduler thread that is gone or stuck.
+        if self.handle.tx.send_timeout(Command::Drain(deadline), Duration::from_secs(1)).is_err() {
+            tracing::warn!("the scheduler did not take the drain command");
+        }
     }
 
     /// Lets running requests finish, refuses new ones, and joins the thread.
@@ -250,6 +263,8 @@ struct Scheduler {
     running: Vec<Running>,
     next_seq: SeqId,
     shutting_down: bool,
+    /// Set by [`Command::Drain`]: when running requests are cut off.
+    drain_deadline: Option<Instant>,
     lp_scratch: Vec<f32>,
     metrics: crate::metrics::SchedulerMetrics,
     /// When the KV arena series were last published, and whether a sequence started or ended
@@ -257,6 +272,9 @@ struct Scheduler {
     kv_published: Instant,
     kv_changed: bool,
 }
+
+/// What a stream still running when the shutdown grace ends is told.
+const SHUTDOWN_CUT_OFF: &str = "the server is shutting down: the request did not finish within its shutdown grace";
 
 /// How stale the KV arena series may grow while the same sequences run: reading them is a round
 /// trip to the KV broker (~0.3 ms on the 2-core machine), too dear for every decode step.
@@ -266,7 +284,7 @@ impl Scheduler {
     fn new(engine: Engine, opts: SchedulerOptions, rx: Receiver<Command>, queued: Arc<AtomicUsize>) -> Self {
         let kv = engine.kv().stats().unwrap_or_default();
         let metrics = crate::metrics::SchedulerMetrics::new(&opts.prefill_device, &opts.decode_device, &kv, engine.layout().total_bytes());
-        Scheduler { engine, opts, rx, queued, waiting: VecDeque::new(), running: Vec::new(), next_seq: 1 << 32, shutting_down: false, lp_scratch: Vec::new(), metrics, kv_published: Instant::now(), kv_changed: true }
+        Scheduler { engine, opts, rx, queued, waiting: VecDeque::new(), running: Vec::new(), next_seq: 1 << 32, shutting_down: false, drain_deadline: None, lp_scratch: Vec::new(), metrics, kv_published: Instant::now(), kv_changed: true }
     }
 
     /// Publishes the gateway gauges (running, KV usage) and the KV arena series: the latter at
@@ -350,12 +368,25 @@ impl Scheduler {
                     kv_blocks_cached: st.cached_blocks,
                 });
             }
+            Command::Drain(deadline) => {
+                self.shutting_down = true;
+                self.drain_deadline = Some(deadline);
+                tracing::info!(running = self.running.len(), waiting = self.waiting.len(), "draining");
+            }
             Command::Shutdown => self.shutting_down = true,
         }
     }
 
     /// Moves waiting requests into the running set while there is room.
     fn admit(&mut self) {
+        if self.drain_deadline.is_some_and(|d| Instant::now() >= d) {
+            for (req, _) in std::mem::take(&mut self.waiting) {
+                self.queued.fetch_sub(1, Ordering::SeqCst);
+                self.metrics.dequeued();
+                self.metrics.finished(crate::metrics::Finish::Cancelled, &crate::metrics::RequestTimes::default());
+                let _ = req.events.try_send(GenEvent::Error(SHUTDOWN_CUT_OFF.into()));
+            }
+        }
         while self.running.len() < self.opts.max_running {
             let Some((req, queued_at)) = self.waiting.pop_front() else { break };
             self.queued.fetch_sub(1, Ordering::SeqCst);
@@ -408,6 +439,7 @@ impl Scheduler {
         while i < self.running.len() {
             let r = &self.running[i];
             let timed_out = r.admitted.elapsed() > self.opts.request_timeout;
+            let cut_off = self.drain_deadline.is_some_and(|d| Instant::now() >= d);
             if r.req.events.is_closed() {
                 let r = self.running.swap_remove(i);
                 self.end(r, StopReason::Cancelled, None);
@@ -418,6 +450,9 @@ impl Scheduler {
                 let r = self.running.swap_remove(i);
                 let msg = format!("the request ran past the server's {} s limit", self.opts.request_timeout.as_secs());
                 self.end(r, StopReason::Cancelled, Some(msg));
+            } else if cut_off {
+                let r = self.running.swap_remove(i);
+                self.end(r, StopReason::Cancelled, Some(SHUTDOWN_CUT_OFF.into()));
             } else {
                 i += 1;
             }
