@@ -25,9 +25,11 @@ fn env_location(var: &str, dotted: &str, raw: &str) -> Location {
 pub const ENV_PREFIX: &str = "STRATA_";
 
 /// `STRATA_*` variables that are not config keys and are left alone: `STRATA_CONFIG` (the config
-/// path, read by the binary) and `STRATA_LOG` (a log filter that replaces `log.level`, read by the
-/// binary).
-pub const ENV_ALLOWLIST: &[&str] = &["STRATA_CONFIG", "STRATA_LOG"];
+/// path, read by the binary), `STRATA_LOG` (a log filter that replaces `log.level`, read by the
+/// binary) and `STRATA_CPU_WIDE_TILES` (`0` or `1`: the CPU's batched products in 256-bit or
+/// 512-bit tiles, the same results either way; by default chosen for the CPU, read by the
+/// kernels).
+pub const ENV_ALLOWLIST: &[&str] = &["STRATA_CONFIG", "STRATA_LOG", "STRATA_CPU_WIDE_TILES"];
 
 /// One override: `STRATA_<SECTION>__<KEY>=<value>`.
 #[derive(Debug, Clone)]

@@ -25,8 +25,9 @@
 //! gets the plain text. Overrides win over the file.
 //!
 //! Every other `STRATA_*` variable is refused, so a typo cannot silently do nothing, except those
-//! in [`ENV_ALLOWLIST`]: `STRATA_CONFIG` (the config path, read by the binary) and `STRATA_LOG` (a
-//! log filter that replaces `log.level`, read by the binary).
+//! in [`ENV_ALLOWLIST`]: `STRATA_CONFIG` (the config path, read by the binary), `STRATA_LOG` (a
+//! log filter that replaces `log.level`, read by the binary) and `STRATA_CPU_WIDE_TILES` (a
+//! kernel switch for measurements).
 //!
 //! # Errors
 //!

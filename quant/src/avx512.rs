@@ -39,6 +39,8 @@ const BF16W: u8 = 12;
 ///
 /// `interleaved`: Q4_0 / Q4_1 / Q8_0 `weights` are in the interleaved layout (see
 /// `crate::interleave`) and are summed in that order; `packed`, when given, was made for it.
+/// `wide`: ggml-order 32-block tiles of more than four tokens take two rows to a 512-bit
+/// register ([`tile_b32_wide`]; the same bits).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn matmul(
@@ -50,6 +52,7 @@ pub(crate) unsafe fn matmul(
     n_tokens: usize,
     packed: Option<&ActPack>,
     interleaved: bool,
+    wide: bool,
     out: *mut f32,
     out_stride: usize,
 ) {
@@ -154,10 +157,13 @@ pub(crate) unsafe fn matmul(
                         out: out.add(t0 * out_stride + r0),
                         ostride: out_stride,
                     };
-                    match ty {
-                        GgmlType::Q4_0 => dispatch_tile8!(tile_b32, Q40, nr, nt, &tile),
-                        GgmlType::Q4_1 => dispatch_tile8!(tile_b32, Q41, nr, nt, &tile),
-                        _ => dispatch_tile8!(tile_b32, Q80, nr, nt, &tile),
+                    match (ty, wide) {
+                        (GgmlType::Q4_0, false) => dispatch_tile8!(tile_b32, Q40, nr, nt, &tile),
+                        (GgmlType::Q4_1, false) => dispatch_tile8!(tile_b32, Q41, nr, nt, &tile),
+                        (_, false) => dispatch_tile8!(tile_b32, Q80, nr, nt, &tile),
+                        (GgmlType::Q4_0, true) => dispatch_tile8!(tile_b32_wide, Q40, nr, nt, &tile),
+                        (GgmlType::Q4_1, true) => dispatch_tile8!(tile_b32_wide, Q41, nr, nt, &tile),
+                        (_, true) => dispatch_tile8!(tile_b32_wide, Q80, nr, nt, &tile),
                     }
                 },
                 |_, _| {},
@@ -273,6 +279,110 @@ unsafe fn tile_b32<const W: u8, const R: usize, const T: usize>(p: &Tile) {
             _ => tile_b32_pass::<W, 1, T>(p, 0),
         }
     }
+}
+
+/// [`tile_b32`] with the rows of a tile of more than four tokens ([`WIDE_MIN_TOKENS`]) taken two
+/// at a time into 512-bit registers ([`tile_b32_pair_wide`]); fewer tokens, and a last odd row,
+/// as [`tile_b32`]. The same bits as [`tile_b32`] for every (row, token).
+/// # Safety
+/// As [`tile_b32`].
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512dq,avx2,fma,f16c")]
+unsafe fn tile_b32_wide<const W: u8, const R: usize, const T: usize>(p: &Tile) {
+    const { assert!(R <= 4 && T <= 8, "tile_b32_wide: at most 4 rows and 8 tokens") };
+    if T < WIDE_MIN_TOKENS {
+        return tile_b32::<W, R, T>(p);
+    }
+    match R {
+        4 => {
+            tile_b32_pair_wide::<W, T>(p, 0);
+            tile_b32_pair_wide::<W, T>(p, 2);
+        }
+        3 => {
+            tile_b32_pair_wide::<W, T>(p, 0);
+            tile_b32_pass::<W, 1, T>(p, 2);
+        }
+        2 => tile_b32_pair_wide::<W, T>(p, 0),
+        _ => tile_b32_pass::<W, 1, T>(p, 0),
+    }
+}
+
+/// Tokens from which [`tile_b32_wide`] pairs rows. With 2-4 tokens a tile waits on its weight
+/// rows more than on its arithmetic: pairing them there measured the same as 256-bit tiles
+/// (`kernel_bench profile Q4_1 avx512 N`, 1536 x 576: 40-55 us either way), against 25-30%
+/// less time for 8 tokens.
+const WIDE_MIN_TOKENS: usize = 5;
+
+/// Rows `r0` and `r0 + 1` of a [`tile_b32`] of T > 4 tokens in 512-bit registers: one per token,
+/// row `r0`'s eight lanes in its low half and row `r0 + 1`'s in its high half. Each half runs
+/// [`tile_b32_pass`]'s operations for its (row, token) in the same order (the dot from the
+/// same start, its conversion, an FMA by the same exact `d_w * d_a`), so the sums are its
+/// bits; per block and token one `vpdpbusd`, one conversion, one multiply (the two rows'
+/// scales) and one FMA serve two (row, token) pairs, against three 256-bit operations for each
+/// (where 512-bit operations run whole, about 1.7 times the pairs a cycle).
+/// # Safety
+/// As [`tile_b32`]; rows `r0` and `r0 + 1` exist.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512dq,avx2,fma,f16c")]
+unsafe fn tile_b32_pair_wide<const W: u8, const T: usize>(p: &Tile, r0: usize) {
+    let (bb, qo) = match W {
+        Q40 => (18, 2),
+        Q41 => (20, 4),
+        _ => (34, 2),
+    };
+    let tmask: __mmask8 = ((1u16 << T) - 1) as u8;
+    let row = |r: usize| p.w.add((r0 + r) * p.rb);
+    // The two rows' header floats [d0, m0 (or quant bytes), d1, m1]: d0 to the low half's
+    // lanes, d1 to the high half's.
+    let d_of_half = _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0);
+    // Nibble types: 128-bit lanes [row 0's bytes, again, row 1's, again], the second of each
+    // pair shifted right by 4: low nibbles then high ones per row, as `load_w32` has them.
+    let nibble_shift = _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0);
+    let mut acc = [_mm512_setzero_ps(); T];
+    let mut summs_rows = [_mm256_setzero_ps(); 2];
+    for b in 0..p.nb {
+        for r in 0..2 {
+            // Stream ahead, as `tile_b32_pass` does.
+            _mm_prefetch::<_MM_HINT_T1>(row(r).wrapping_add(b * bb + PF_DIST) as *const i8);
+        }
+        let wq = if W == Q80 {
+            let lo = _mm256_loadu_si256(row(0).add(b * bb + qo) as *const __m256i);
+            let hi = _mm256_loadu_si256(row(1).add(b * bb + qo) as *const __m256i);
+            _mm512_xor_si512(_mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi), _mm512_set1_epi8(-128))
+        } else {
+            let q0 = _mm_loadu_si128(row(0).add(b * bb + qo) as *const __m128i);
+            let q1 = _mm_loadu_si128(row(1).add(b * bb + qo) as *const __m128i);
+            let both = _mm512_castsi256_si512(_mm256_inserti128_si256::<1>(_mm256_castsi128_si256(q0), q1));
+            let spread = _mm512_shuffle_i64x2::<0b01_01_00_00>(both, both);
+            _mm512_and_si512(_mm512_srlv_epi64(spread, nibble_shift), _mm512_set1_epi8(0x0f))
+        };
+        let hdr = |r: usize| (row(r).add(b * bb) as *const i32).read_unaligned();
+        let dm = _mm_cvtph_ps(_mm_set_epi32(0, 0, hdr(1), hdr(0)));
+        let d_w = _mm512_permutexvar_ps(d_of_half, _mm512_castps128_ps512(dm));
+        if W == Q41 {
+            // ggml's `summs += m * s`, as `tile_b32_pass` forms it for tiles of more than 4 tokens.
+            let sv = _mm256_maskz_loadu_ps(tmask, p.vb.add(b * p.vb_stride));
+            let m = _mm_movehdup_ps(dm);
+            summs_rows[0] = _mm256_fmadd_ps(_mm256_broadcastss_ps(m), sv, summs_rows[0]);
+            summs_rows[1] = _mm256_fmadd_ps(_mm256_broadcastss_ps(_mm_movehl_ps(m, m)), sv, summs_rows[1]);
+        }
+        let da = p.adb.add(b * p.vb_stride);
+        for t in 0..T {
+            let a = _mm512_broadcast_i64x4(_mm256_loadu_si256(p.aq.add(t * p.astride + 32 * b) as *const __m256i));
+            let init = if W == Q41 { _mm512_setzero_si512() } else { _mm512_broadcast_i64x4(_mm256_loadu_si256(p.corr.add((t * p.nb + b) * 8) as *const __m256i)) };
+            let dot = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(init, wq, a));
+            // d_w * d_a: two f16 values, so exact in f32 (the same value as the 256-bit table's).
+            let scale = _mm512_mul_ps(d_w, _mm512_set1_ps(*da.add(t)));
+            acc[t] = _mm512_fmadd_ps(scale, dot, acc[t]);
+        }
+    }
+    let halves: [[__m256; T]; 2] = [
+        std::array::from_fn(|t| _mm512_castps512_ps256(acc[t])),
+        std::array::from_fn(|t| _mm512_extractf32x8_ps::<1>(acc[t])),
+    ];
+    let mut sm = [0f32; 16];
+    _mm256_storeu_ps(sm.as_mut_ptr(), summs_rows[0]);
+    _mm256_storeu_ps(sm.as_mut_ptr().add(8), summs_rows[1]);
+    store_lane_sums::<2, T, true>(&halves, p.out.add(r0), p.ostride, |r, t| sm[r * 8 + t]);
 }
 
 /// Rows `r0..r0 + R` of [`tile_b32`]. The FMA's scale `d_w * d_a` (exact in f32: a product of

@@ -63,6 +63,9 @@ pub enum ProductOrder {
 pub struct Kernels {
     level: SimdLevel,
     order: ProductOrder,
+    /// AVX-512 VNNI, ggml's order: 32-block products of more than four tokens two weight rows
+    /// to a 512-bit register (see [`Kernels::with_wide_tiles`]).
+    wide_tiles: bool,
 }
 
 /// Activations repacked once for many products ([`Kernels::pack_activations`]).
@@ -147,6 +150,36 @@ fn matmul_supported(ty: GgmlType) -> bool {
     matches!(ty, F32 | F16 | BF16 | Q8_0 | Q4_0 | Q4_1 | Q4_K | Q5_K | Q6_K)
 }
 
+/// Whether this CPU runs 512-bit integer dot products and FMAs at twice the work of 256-bit ones
+/// a cycle, which makes [`Kernels::with_wide_tiles`]'s form pay. Zen 4 (AMD family 19h) splits
+/// each 512-bit operation in two: there the 256-bit tiles were measured faster (the wide form's
+/// extra multiply shares the pipes). Zen 5 (1Ah) and Intel's AVX-512 server cores run them
+/// whole (on the 2-core Zen 5 here: 490 against 246 GMAC/s of `vpdpbusd`). The environment
+/// variable `STRATA_CPU_WIDE_TILES=0` or `=1` decides instead (for measuring both).
+pub fn wide_tiles_pay() -> bool {
+    static PAYS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *PAYS.get_or_init(|| match std::env::var("STRATA_CPU_WIDE_TILES").as_deref() {
+        Ok("0") => false,
+        Ok("1") => true,
+        _ => !double_pumps_512_bit_ops(),
+    })
+}
+
+/// AMD's families up to 19h (Zen 4) execute 512-bit operations as two 256-bit halves.
+#[cfg(target_arch = "x86_64")]
+fn double_pumps_512_bit_ops() -> bool {
+    let (vendor, signature) = (std::arch::x86_64::__cpuid(0), std::arch::x86_64::__cpuid(1).eax);
+    let amd = [vendor.ebx, vendor.edx, vendor.ecx] == [u32::from_le_bytes(*b"Auth"), u32::from_le_bytes(*b"enti"), u32::from_le_bytes(*b"cAMD")];
+    let base_family = (signature >> 8) & 0xf;
+    let family = if base_family == 0xf { base_family + ((signature >> 20) & 0xff) } else { base_family };
+    amd && family <= 0x19
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn double_pumps_512_bit_ops() -> bool {
+    true
+}
+
 /// Weights from which [`Kernels::repack_weights`] uses every core.
 const REPACK_THREADED_MIN_BYTES: usize = 16 << 20;
 
@@ -165,12 +198,26 @@ impl Kernels {
                 return k;
             }
         }
-        Kernels { level: SimdLevel::Scalar, order: ProductOrder::Ggml }
+        Kernels { level: SimdLevel::Scalar, order: ProductOrder::Ggml, wide_tiles: false }
     }
 
     /// The kernels of `level` in ggml's product order, or `None` when this CPU lacks it.
     pub fn with_level(level: SimdLevel) -> Option<Kernels> {
-        level.is_available().then_some(Kernels { level, order: ProductOrder::Ggml })
+        level.is_available().then_some(Kernels { level, order: ProductOrder::Ggml, wide_tiles: level == SimdLevel::Avx512Vnni && wide_tiles_pay() })
+    }
+
+    /// These kernels with ggml-order 32-block products of more than four tokens (batched decode,
+    /// prefill) computed two weight rows to a 512-bit register (`true`) or one row to a 256-bit
+    /// one (`false`). The results are the same bits either way: each (row, token) runs the same
+    /// operations in its own eight lanes. Only the AVX-512 VNNI level has the wide form. The
+    /// default is [`wide_tiles_pay`]'s answer for this CPU.
+    pub fn with_wide_tiles(self, wide: bool) -> Kernels {
+        Kernels { wide_tiles: wide && self.level == SimdLevel::Avx512Vnni, ..self }
+    }
+
+    /// Whether batched 32-block products use 512-bit registers (see [`Kernels::with_wide_tiles`]).
+    pub fn wide_tiles(&self) -> bool {
+        self.wide_tiles
     }
 
     /// These kernels summing products in `order` (which only the AVX-512 VNNI level has other
@@ -468,7 +515,7 @@ impl Kernels {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: this level exists only once its features were detected (`with_level`);
             // all lengths were validated above; `out` is the caller's contract.
-            SimdLevel::Avx512Vnni => unsafe { crate::avx512::matmul(weight, weights, k, rows, acts, n_tokens, packed, self.interleaves(weight), out, out_stride) },
+            SimdLevel::Avx512Vnni => unsafe { crate::avx512::matmul(weight, weights, k, rows, acts, n_tokens, packed, self.interleaves(weight), self.wide_tiles, out, out_stride) },
             #[cfg(target_arch = "x86_64")]
             // SAFETY: as above, for AVX2/FMA/F16C.
             SimdLevel::Avx2 => unsafe { crate::avx2::matmul(weight, weights, k, rows, acts, n_tokens, packed, out, out_stride) },
