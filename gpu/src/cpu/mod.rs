@@ -42,7 +42,8 @@ pub struct CpuOptions {
 pub fn describe() -> String {
     let k = Kernels::best();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    format!("cpu: {cores} threads available, SIMD level {:?}", k.level())
+    let tiles = if k.wide_tiles() { ", batched products in 512-bit tiles" } else { "" };
+    format!("cpu: {cores} threads available, SIMD level {:?}{tiles}", k.level())
 }
 
 /// A raw pointer that may cross into the pool's threads. Every use writes a region no other
