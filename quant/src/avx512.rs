@@ -114,9 +114,9 @@ pub(crate) unsafe fn matmul(
                     ostride: out_stride,
                 };
                 match ty {
-                    GgmlType::Q4_0 => interleaved_tile::<Q40>(nr, nt, &tile),
-                    GgmlType::Q4_1 => interleaved_tile::<Q41>(nr, nt, &tile),
-                    _ => interleaved_tile::<Q80>(nr, nt, &tile),
+                    GgmlType::Q4_0 => interleaved_tile::<Q40>(nr, nt, wide, &tile),
+                    GgmlType::Q4_1 => interleaved_tile::<Q41>(nr, nt, wide, &tile),
+                    _ => interleaved_tile::<Q80>(nr, nt, wide, &tile),
                 }
             };
             // Few tokens: four rows a tile keep more weight rows streaming (one-token decode is
@@ -497,18 +497,19 @@ unsafe fn tile_b32_pass<const W: u8, const R: usize, const T: usize>(p: &Tile, r
 /// As [`tile_interleaved`].
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn interleaved_tile<const W: u8>(nr: usize, nt: usize, p: &Tile) {
+unsafe fn interleaved_tile<const W: u8>(nr: usize, nt: usize, wide: bool, p: &Tile) {
+    let wide = wide && nt >= WIDE_MIN_TOKENS;
     macro_rules! by_tokens {
         ($r:literal) => {
             match nt {
-                8 => tile_interleaved::<W, $r, 8>(p),
-                7 => tile_interleaved::<W, $r, 7>(p),
-                6 => tile_interleaved::<W, $r, 6>(p),
-                5 => tile_interleaved::<W, $r, 5>(p),
-                4 => tile_interleaved::<W, $r, 4>(p),
-                3 => tile_interleaved::<W, $r, 3>(p),
-                2 => tile_interleaved::<W, $r, 2>(p),
-                _ => tile_interleaved::<W, $r, 1>(p),
+                8 => tile_interleaved::<W, $r, 8>(p, wide),
+                7 => tile_interleaved::<W, $r, 7>(p, wide),
+                6 => tile_interleaved::<W, $r, 6>(p, wide),
+                5 => tile_interleaved::<W, $r, 5>(p, wide),
+                4 => tile_interleaved::<W, $r, 4>(p, wide),
+                3 => tile_interleaved::<W, $r, 3>(p, wide),
+                2 => tile_interleaved::<W, $r, 2>(p, wide),
+                _ => tile_interleaved::<W, $r, 1>(p, wide),
             }
         };
     }
@@ -520,6 +521,52 @@ unsafe fn interleaved_tile<const W: u8>(nr: usize, nt: usize, p: &Tile) {
     }
 }
 
+/// One group's integer sums of two rows (group bytes at `g0`, `g1`, `hdr` header bytes first) for
+/// T tokens, into `isum[0][t]` and `isum[1][t]` (overwritten): [`tile_interleaved`]'s `vpdpbusd`s
+/// on 512-bit registers, row 0 in the low half. `act(t, u)` is token t's activation vector u of
+/// the group broadcast to both halves; `corr` token 0's corrections of the group (`side` apart
+/// per token; not read for Q4_1).
+/// # Safety
+/// As [`tile_interleaved`].
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512dq,avx2,fma,f16c")]
+unsafe fn interleaved_group_pair_wide<const W: u8, const T: usize>(g0: *const u8, g1: *const u8, hdr: usize, act: impl Fn(usize, usize) -> __m512i, corr: *const i32, side: usize, isum: &mut [[__m256i; T]]) {
+    let mut sums = [_mm512_setzero_si512(); T];
+    if W != Q41 {
+        for (t, s) in sums.iter_mut().enumerate() {
+            *s = _mm512_broadcast_i64x4(_mm256_loadu_si256(corr.add(t * side) as *const __m256i));
+        }
+    }
+    let both = |off: usize| {
+        let (q0, q1) = (g0.add(hdr + off), g1.add(hdr + off));
+        _mm_prefetch::<_MM_HINT_T1>(q0.wrapping_add(PF_DIST) as *const i8);
+        _mm_prefetch::<_MM_HINT_T1>(q1.wrapping_add(PF_DIST) as *const i8);
+        _mm512_inserti64x4::<1>(_mm512_castsi256_si512(_mm256_loadu_si256(q0 as *const __m256i)), _mm256_loadu_si256(q1 as *const __m256i))
+    };
+    if W == Q80 {
+        for u in 0..8 {
+            let wv = _mm512_xor_si512(both(32 * u), _mm512_set1_epi8(-128));
+            for (t, s) in sums.iter_mut().enumerate() {
+                *s = _mm512_dpbusd_epi32(*s, wv, act(t, u));
+            }
+        }
+    } else {
+        let nibbles = _mm512_set1_epi8(0x0f);
+        for v in 0..4 {
+            let raw = both(32 * v);
+            let (lo, hi) = (_mm512_and_si512(raw, nibbles), _mm512_and_si512(_mm512_srli_epi16::<4>(raw), nibbles));
+            for (t, s) in sums.iter_mut().enumerate() {
+                *s = _mm512_dpbusd_epi32(*s, lo, act(t, 2 * v));
+                *s = _mm512_dpbusd_epi32(*s, hi, act(t, 2 * v + 1));
+            }
+        }
+    }
+    for (t, s) in sums.iter().enumerate() {
+        isum[0][t] = _mm512_castsi512_si256(*s);
+        isum[1][t] = _mm512_extracti64x4_epi64::<1>(*s);
+    }
+}
+
 /// R rows x T tokens of a 32-block type in the interleaved layout (`crate::interleave`): per
 /// group of eight blocks, eight (Q8_0) or four (nibbles, two vectors each) `vpdpbusd` leave each
 /// block's integer sum in its own lane of one accumulator per (row, token), started from the
@@ -528,11 +575,14 @@ unsafe fn interleaved_tile<const W: u8>(nr: usize, nt: usize, p: &Tile) {
 /// `vpdpbusd`, a multiply and an FMA per pair, block A in lanes 0-3 and B in 4-7) and a last odd
 /// block takes one `vpdpbusd` and one FMA, into the same lanes. Every (row, token) runs the same
 /// instructions in the same order whatever R and T are (batch invariance).
+///
+/// `wide` (with R = 2): the groups' integer sums of both rows in one 512-bit register per token
+/// (row 0 in the low half), half the `vpdpbusd`s; integer sums are exact, so the same bits.
 /// # Safety
 /// The CPU must have the features in this function's `target_feature` attribute, and
 /// every pointer must be valid for the reads and writes its arguments describe.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn tile_interleaved<const W: u8, const R: usize, const T: usize>(p: &Tile) {
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512dq,avx2,fma,f16c")]
+unsafe fn tile_interleaved<const W: u8, const R: usize, const T: usize>(p: &Tile, wide: bool) {
     let ty = match W {
         Q40 => GgmlType::Q4_0,
         Q41 => GgmlType::Q4_1,
@@ -560,7 +610,9 @@ unsafe fn tile_interleaved<const W: u8, const R: usize, const T: usize>(p: &Tile
             }
         }
         let act = |t: usize, u: usize| _mm256_loadu_si256(p.aq.add(t * p.astride + 256 * g + 32 * u) as *const __m256i);
-        if W == Q80 {
+        if wide && R == 2 {
+            interleaved_group_pair_wide::<W, T>(grp(0), grp(1), hdr, |t, u| _mm512_broadcast_i64x4(act(t, u)), p.corr.wrapping_add(8 * g), side, &mut isum[..]);
+        } else if W == Q80 {
             for u in 0..8 {
                 let mut wv = [_mm256_setzero_si256(); R];
                 for r in 0..R {

@@ -29,9 +29,11 @@ fn simd_levels() -> Vec<Kernels> {
     levels
 }
 
-/// The levels with a product order of their own (AVX-512 VNNI's interleaved one).
+/// The levels with a product order of their own (AVX-512 VNNI's interleaved one), in both tile
+/// widths.
 fn interleaved() -> Vec<Kernels> {
-    Kernels::with_level(SimdLevel::Avx512Vnni).map(|k| k.with_order(ProductOrder::Interleaved)).into_iter().collect()
+    let k = Kernels::with_level(SimdLevel::Avx512Vnni).map(|k| k.with_order(ProductOrder::Interleaved));
+    k.into_iter().flat_map(|k| [k.with_wide_tiles(false), k.with_wide_tiles(true)]).collect()
 }
 
 /// `w` (rows of `k` elements of `ty`) as `kern`'s products read it.
@@ -190,6 +192,26 @@ fn interleaved_products_match_scalar_within_rounding() {
             assert!(kern.repack_weights(ty, 64, 4, &c.w).is_err(), "{ty}: rows beyond the bytes");
             assert!(kern.repack_weights(ty, 48, 3, &c.w).is_err(), "{ty}: a width of no whole blocks");
             assert!(kern.with_order(ProductOrder::Ggml).repack_weights(ty, 64, 3, &c.w).unwrap().is_none(), "{ty}: ggml's order repacked");
+        }
+    }
+}
+
+/// Both tile widths give the same bits, in ggml's order and the interleaved one, at every row and
+/// token count of a batched product (pairs of rows, a last odd row, 5-9 tokens and more).
+#[test]
+fn wide_and_narrow_tiles_give_the_same_bits() {
+    let Some(avx512) = Kernels::with_level(SimdLevel::Avx512Vnni) else { return };
+    let mut rng = StdRng::seed_from_u64(44);
+    for order in [ProductOrder::Ggml, ProductOrder::Interleaved] {
+        let (narrow, wide) = (avx512.with_order(order).with_wide_tiles(false), avx512.with_order(order).with_wide_tiles(true));
+        assert!(wide.wide_tiles() && !narrow.wide_tiles());
+        for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
+            for k in [32, 256, 576, 608] {
+                for (nrows, n_tokens) in [(2, 5), (3, 8), (5, 7), (8, 9), (7, 16), (4, 70)] {
+                    let c = make_case(&mut rng, ty, k, nrows, n_tokens);
+                    assert_eq!(bits(&run(&wide, &c, 0..nrows)), bits(&run(&narrow, &c, 0..nrows)), "{order:?} {ty} k={k} rows={nrows} tokens={n_tokens}");
+                }
+            }
         }
     }
 }
