@@ -471,6 +471,31 @@ fn shutdown_error_position(chunks: &[String]) -> Option<usize> {
 }
 
 #[test]
+fn a_second_sigterm_ends_the_streams_at_once() {
+    // A grace far longer than the test may take: only the second signal can end the stream early.
+    let mut s = TestServer::start_with(&[("STRATA_SERVER__SHUTDOWN_GRACE_S", "600")]);
+    let body = json!({"prompt": "1, 2, 3, 4, 5, 6, 7, 8,", "temperature": 0, "max_tokens": 1900, "stream": true});
+    let mut sse = open_stream(s.addr(), CMPL, &body, CALL_TIMEOUT).expect("a stream");
+    assert_eq!(sse.status, 200);
+    for _ in 0..3 {
+        sse.next_data().expect("an event").expect("the stream is open");
+    }
+    s.sigterm();
+    std::thread::sleep(Duration::from_millis(300));
+    s.sigterm();
+    let mut rest = Vec::new();
+    while let Some(d) = sse.next_data().unwrap_or_else(|e| panic!("the stream closes cleanly, got {e} after {} events", rest.len())) {
+        rest.push(d);
+    }
+    let status = s.wait_exit(Duration::from_secs(40)).expect("the server exits after the second SIGTERM");
+    assert_eq!(status.code(), Some(0), "SIGTERM ends the server with exit code 0 ({status})");
+    assert_eq!(rest.last().map(String::as_str), Some("[DONE]"), "the stream ends with [DONE]");
+    // 1,900 tokens run for many seconds; the second signal ended them with the shutdown's error.
+    assert!(shutdown_error_position(&rest[..rest.len() - 1]).is_some(), "the stream ended with the shutdown's error, after {} events", rest.len());
+    assert!(s.stderr().contains("SIGTERM again"), "the server logged the second signal");
+}
+
+#[test]
 fn sigterm_cuts_off_a_stream_still_running_when_the_grace_ends() {
     let grace_s = 2;
     let mut s = TestServer::start_with(&[("STRATA_SERVER__SHUTDOWN_GRACE_S", "2")]);

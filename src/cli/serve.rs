@@ -70,16 +70,25 @@ pub fn run(config: Config) -> Result<ExitCode> {
 
 /// Waits for SIGINT or SIGTERM, then shuts down gracefully: the listeners close at once, requests
 /// in flight get `grace` to finish, and streams still running then end with an error event and
-/// `[DONE]` (the scheduler's drain). A second signal does not hurry it; the grace bounds it.
+/// `[DONE]` (the scheduler's drain). A second signal ends the grace at once: the streams get
+/// their error event and `[DONE]` at the next step, and the server exits.
 async fn stop_on_signal(server: actix_web::dev::ServerHandle, metrics: Option<actix_web::dev::ServerHandle>, state: Arc<AppState>, grace: Duration) {
     let name = wait_for_stop_signal().await;
-    eprintln!("{name}: shutting down; requests in flight have {} s to finish", grace.as_secs());
+    eprintln!("{name}: shutting down; requests in flight have {} s to finish (send it again to end them now)", grace.as_secs());
     tracing::info!(signal = name, grace_s = grace.as_secs(), "shutting down");
     state.drain(std::time::Instant::now() + grace);
     if let Some(m) = metrics {
         actix_web::rt::spawn(async move { m.stop(true).await });
     }
-    server.stop(true).await;
+    tokio::select! {
+        _ = server.stop(true) => {}
+        again = wait_for_stop_signal() => {
+            eprintln!("{again} again: ending the requests in flight now");
+            tracing::info!(signal = again, "shutting down now");
+            state.drain(std::time::Instant::now());
+            server.stop(true).await;
+        }
+    }
 }
 
 /// The first of SIGINT and SIGTERM. Where SIGTERM cannot be watched, SIGINT alone.
