@@ -470,16 +470,23 @@ fn shutdown_error_position(chunks: &[String]) -> Option<usize> {
     at
 }
 
-#[test]
-fn a_second_sigterm_ends_the_streams_at_once() {
-    // A grace far longer than the test may take: only the second signal can end the stream early.
-    let mut s = TestServer::start_with(&[("STRATA_SERVER__SHUTDOWN_GRACE_S", "600")]);
-    let body = json!({"prompt": "1, 2, 3, 4, 5, 6, 7, 8,", "temperature": 0, "max_tokens": 1900, "stream": true});
+/// A streaming completion that counts on greedily (never an end-of-text before `max_tokens`),
+/// after its first three events.
+fn counting_stream(s: &TestServer, max_tokens: usize) -> http::Sse {
+    let body = json!({"prompt": "1, 2, 3, 4, 5, 6, 7, 8,", "temperature": 0, "max_tokens": max_tokens, "stream": true});
     let mut sse = open_stream(s.addr(), CMPL, &body, CALL_TIMEOUT).expect("a stream");
     assert_eq!(sse.status, 200);
     for _ in 0..3 {
         sse.next_data().expect("an event").expect("the stream is open");
     }
+    sse
+}
+
+#[test]
+fn a_second_sigterm_ends_the_streams_at_once() {
+    // A grace far longer than the test may take: only the second signal can end the stream early.
+    let mut s = TestServer::start_with(&[("STRATA_SERVER__SHUTDOWN_GRACE_S", "600")]);
+    let mut sse = counting_stream(&s, 1900);
     s.sigterm();
     std::thread::sleep(Duration::from_millis(300));
     s.sigterm();
@@ -499,13 +506,8 @@ fn a_second_sigterm_ends_the_streams_at_once() {
 fn sigterm_cuts_off_a_stream_still_running_when_the_grace_ends() {
     let grace_s = 2;
     let mut s = TestServer::start_with(&[("STRATA_SERVER__SHUTDOWN_GRACE_S", "2")]);
-    // The model counts on greedily, far past the grace (1500 tokens: 10 s on the CPU here).
-    let body = json!({"prompt": "1, 2, 3, 4, 5, 6, 7, 8,", "temperature": 0, "max_tokens": 1500, "stream": true});
-    let mut sse = open_stream(s.addr(), CMPL, &body, CALL_TIMEOUT).expect("a stream");
-    assert_eq!(sse.status, 200);
-    for _ in 0..3 {
-        sse.next_data().expect("an event").expect("the stream is open");
-    }
+    // 1500 tokens: 10 s on the CPU here, far past the grace.
+    let mut sse = counting_stream(&s, 1500);
     let signalled = Instant::now();
     s.sigterm();
     let mut rest = Vec::new();
