@@ -601,7 +601,9 @@ unsafe fn tile_interleaved<const W: u8, const R: usize, const T: usize>(p: &Tile
     for g in 0..ng {
         let grp = |r: usize| row(r).add(g * 8 * bb);
         let mut isum = [[_mm256_setzero_si256(); T]; R];
-        if W != Q41 {
+        let pair_wide = wide && R == 2;
+        // The wide pair starts its sums from the corrections itself.
+        if W != Q41 && !pair_wide {
             for t in 0..T {
                 let c = _mm256_loadu_si256(p.corr.add(t * side + 8 * g) as *const __m256i);
                 for r in 0..R {
@@ -610,7 +612,7 @@ unsafe fn tile_interleaved<const W: u8, const R: usize, const T: usize>(p: &Tile
             }
         }
         let act = |t: usize, u: usize| _mm256_loadu_si256(p.aq.add(t * p.astride + 256 * g + 32 * u) as *const __m256i);
-        if wide && R == 2 {
+        if pair_wide {
             interleaved_group_pair_wide::<W, T>(grp(0), grp(1), hdr, |t, u| _mm512_broadcast_i64x4(act(t, u)), p.corr.wrapping_add(8 * g), side, &mut isum[..]);
         } else if W == Q80 {
             for u in 0..8 {

@@ -80,13 +80,16 @@ async fn stop_on_signal(server: actix_web::dev::ServerHandle, metrics: Option<ac
     if let Some(m) = metrics {
         actix_web::rt::spawn(async move { m.stop(true).await });
     }
+    // One stop command; the second signal only moves the scheduler's deadline.
+    let stopped = server.stop(true);
+    tokio::pin!(stopped);
     tokio::select! {
-        _ = server.stop(true) => {}
+        _ = &mut stopped => {}
         again = wait_for_stop_signal() => {
             eprintln!("{again} again: ending the requests in flight now");
             tracing::info!(signal = again, "shutting down now");
             state.drain(std::time::Instant::now());
-            server.stop(true).await;
+            stopped.await;
         }
     }
 }

@@ -377,9 +377,14 @@ impl Scheduler {
         }
     }
 
+    /// Whether a drain's deadline has passed: what still runs or waits is cut off.
+    fn past_drain_deadline(&self) -> bool {
+        self.drain_deadline.is_some_and(|d| Instant::now() >= d)
+    }
+
     /// Moves waiting requests into the running set while there is room.
     fn admit(&mut self) {
-        if self.drain_deadline.is_some_and(|d| Instant::now() >= d) {
+        if self.past_drain_deadline() {
             for (req, _) in std::mem::take(&mut self.waiting) {
                 self.queued.fetch_sub(1, Ordering::SeqCst);
                 self.metrics.dequeued();
@@ -435,11 +440,11 @@ impl Scheduler {
     /// One batched step over every running sequence.
     fn step(&mut self) {
         // Drop the requests whose clients went away, and the ones a stop string ended.
+        let cut_off = self.past_drain_deadline();
         let mut i = 0;
         while i < self.running.len() {
             let r = &self.running[i];
             let timed_out = r.admitted.elapsed() > self.opts.request_timeout;
-            let cut_off = self.drain_deadline.is_some_and(|d| Instant::now() >= d);
             if r.req.events.is_closed() {
                 let r = self.running.swap_remove(i);
                 self.end(r, StopReason::Cancelled, None);
