@@ -262,10 +262,10 @@ fn vulkan_norm_in_the_products_agrees_with_the_norm_stage() {
 /// Runs the models the staged kernels' layouts call for (the default model: Q8_0-style records,
 /// 64 lanes a row; Qwen2 1,280 wide: Q8_K records, the norm in two passes; Qwen2 with FFN rows
 /// of 4,608: down with 128 lanes a row and two items in flight, as a 7B shape's), 80 positions
-/// one token a step, with developer switch `knob` off and then on (with `on_too` set as well),
+/// one token a step, with developer switch `knob` off ("0") and then on (`on`, with `on_too` set as well),
 /// and asserts that the switched path was taken (`recorded()`, a process-wide count, grew by at
 /// least `per_layer` a layer) and computed every logit of the staged path bit for bit.
-fn assert_switch_keeps_the_staged_bits(what: &str, knob: &str, on_too: &[(&str, &str)], recorded: fn() -> u64, per_layer: u64) {
+fn assert_switch_keeps_the_staged_bits(what: &str, knob: &str, on: &str, on_too: &[(&str, &str)], recorded: fn() -> u64, per_layer: u64) {
     let Some(i) = vulkan_index() else { return };
     let dir = std::env::temp_dir().join(format!("strata-vulkan-{}-{}", knob.to_lowercase(), std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
@@ -282,7 +282,7 @@ fn assert_switch_keeps_the_staged_bits(what: &str, knob: &str, on_too: &[(&str, 
         for (k, v) in on_too {
             std::env::set_var(k, v);
         }
-        let switched = vulkan_logits_with(&model, i, knob, "1", &tokens);
+        let switched = vulkan_logits_with(&model, i, knob, on, &tokens);
         let layers = model.hparams.n_layers as u64;
         let taken = recorded() - before;
         assert!(taken >= per_layer * layers, "{name}: {what}: recorded {taken} times for {layers} layers");
@@ -298,7 +298,7 @@ fn assert_switch_keeps_the_staged_bits(what: &str, knob: &str, on_too: &[(&str, 
 /// takes every virtual workgroup of each stage in turn) computes the staged kernels' bits.
 #[test]
 fn vulkan_persistent_feed_forward_computes_the_staged_bits() {
-    assert_switch_keeps_the_staged_bits("the persistent feed-forward half", "STRATA_VULKAN_PERSISTENT_FFN", &[], strata_gpu::vulkan::persistent_ffn_recorded, 1);
+    assert_switch_keeps_the_staged_bits("the persistent feed-forward half", "STRATA_VULKAN_PERSISTENT_FFN", "1", &[], strata_gpu::vulkan::persistent_ffn_recorded, 1);
 }
 
 /// One-token steps whose norms, products and quantizer run chained (`STRATA_VULKAN_CHAIN=1`,
@@ -310,7 +310,17 @@ fn vulkan_persistent_feed_forward_computes_the_staged_bits() {
 /// two norms, QKV, the output projection, gate/up, the quantization and down are chained.
 #[test]
 fn vulkan_chained_stages_compute_the_staged_bits() {
-    assert_switch_keeps_the_staged_bits("chaining the stages", "STRATA_VULKAN_CHAIN", &[("STRATA_VULKAN_CHAIN_GROUPS", "7")], strata_gpu::vulkan::chained_stages_recorded, 7);
+    assert_switch_keeps_the_staged_bits("chaining the stages", "STRATA_VULKAN_CHAIN", "1", &[("STRATA_VULKAN_CHAIN_GROUPS", "7")], strata_gpu::vulkan::chained_stages_recorded, 7);
+}
+
+/// One-token steps whose products wait on the small stage before them by its count instead of
+/// a pipeline barrier (`STRATA_VULKAN_CHAIN=small`: after each RMSNorm and the SwiGLU row's
+/// quantization; every product still ends with a barrier and runs in its usual workgroups)
+/// compute the staged kernels' bits. Per layer at least the two norms, QKV, gate/up, the
+/// quantization and down are chained.
+#[test]
+fn vulkan_products_chained_to_small_stages_compute_the_staged_bits() {
+    assert_switch_keeps_the_staged_bits("chaining after small stages", "STRATA_VULKAN_CHAIN", "small", &[], strata_gpu::vulkan::chained_stages_recorded, 6);
 }
 
 /// Decode attention through the long-context kernel (a workgroup per KV head,

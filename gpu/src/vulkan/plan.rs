@@ -865,7 +865,7 @@ impl VulkanPlan {
         let mut persistent_ffn_ops = Vec::new();
         // Chained stages: one-token steps of the fast kernels, opt-in.
         let chain_offset = counters.offset + counter_bytes(graph) + 16 + GRID_SYNC_BYTES;
-        let mut chain = ChainRecording::new(n == 1 && !ctx.exact && chain_enabled(), grid_sync + GRID_SYNC_BYTES, CHAIN_LINE_WORDS as u32);
+        let mut chain = ChainRecording::new(if n == 1 && !ctx.exact { chain_mode() } else { None }, grid_sync + GRID_SYNC_BYTES, CHAIN_LINE_WORDS as u32);
         let mut record_slots = (0..chain_record_slots(ops) as u64).map(|i| self.chain_records.address + i * self.chain_slot_bytes);
         if chain.enabled {
             rec.zero(counters_buffer, chain_offset, chain_bytes());
@@ -1486,6 +1486,9 @@ fn chain_record_slots(ops: &[Op]) -> usize {
     ops.iter().filter(|op| matches!(op, Op::RmsNorm { .. } | Op::SwiGlu { .. })).count() + 1
 }
 
+/// chain.glsl's bit above a stage's expected count: this stage does not count its workgroups.
+const CHAIN_NO_COUNT: u32 = 0x8000_0000;
+
 /// Bytes of the chained stages' words.
 fn chain_bytes() -> u64 {
     CHAIN_LINES * CHAIN_LINE_WORDS * 4
@@ -1503,10 +1506,26 @@ pub fn chained_stages_recorded() -> u64 {
 /// chain.glsl's mark of a wait that gave up.
 const CHAIN_GAVE_UP: u32 = 0x8000_0000;
 
-/// Whether one-token steps chain their stages (`STRATA_VULKAN_CHAIN=1`, read at each
-/// recording): off by default.
-fn chain_enabled() -> bool {
-    std::env::var("STRATA_VULKAN_CHAIN").as_deref() == Ok("1")
+/// Which of a one-token step's stages are chained (read at each recording): off by default.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum ChainMode {
+    /// `STRATA_VULKAN_CHAIN=1`: the RMSNorms, the products and the SwiGLU row's quantization.
+    All,
+    /// `STRATA_VULKAN_CHAIN=small`: only the boundaries after the one-workgroup-per-row stages
+    /// (an RMSNorm, the SwiGLU row's quantization): the product after one starts, loads its
+    /// first weights and waits on the small stage's count; every product still ends with a
+    /// pipeline barrier, runs in its usual number of workgroups and does not count them. Slower
+    /// on the H200 (7B Q4_K at context 512: 360-364 against 392-403 t/s): each workgroup's wait
+    /// costs the short-lived product workgroups more than the barrier it saves.
+    Small,
+}
+
+fn chain_mode() -> Option<ChainMode> {
+    match std::env::var("STRATA_VULKAN_CHAIN").as_deref() {
+        Ok("1") => Some(ChainMode::All),
+        Ok("small") => Some(ChainMode::Small),
+        _ => None,
+    }
 }
 
 /// Workgroups of a chained product at most (`STRATA_VULKAN_CHAIN_GROUPS`, default 1,056: eight
@@ -1521,6 +1540,7 @@ fn chain_groups() -> u32 {
 /// command that needs one: a chained stage right after it waits on its word instead.
 struct ChainRecording {
     enabled: bool,
+    mode: ChainMode,
     /// Device address of word 0.
     base: u64,
     capacity: u32,
@@ -1545,11 +1565,13 @@ struct ChainStage {
     /// Whether a dispatch without a chained build joined it (it then ends with a barrier: that
     /// dispatch counts nowhere).
     mixed: bool,
+    /// Whether it is a one-workgroup-per-row stage (an RMSNorm, a quantization).
+    small: bool,
 }
 
 impl ChainRecording {
-    fn new(enabled: bool, base: u64, capacity: u32) -> ChainRecording {
-        ChainRecording { enabled, base, capacity, next_word: 1, current: None, open: None, counts: Vec::new() }
+    fn new(mode: Option<ChainMode>, base: u64, capacity: u32) -> ChainRecording {
+        ChainRecording { enabled: mode.is_some(), mode: mode.unwrap_or(ChainMode::All), base, capacity, next_word: 1, current: None, open: None, counts: Vec::new() }
     }
 
     /// Records `k`: its chained build where chaining is on and it has one (the push constants
@@ -1557,6 +1579,10 @@ impl ChainRecording {
     fn dispatch(&mut self, rec: &mut Recorder, k: Kernel, push: Push, groups: [u32; 3]) -> Result<(), DeviceError> {
         let chained = if self.enabled { ChainedKernel::of(k) } else { None };
         let chained = chained.filter(|_| !groups.contains(&0) && (self.current.is_some() || self.next_word < self.capacity));
+        let small = matches!(chained, Some(ChainedKernel::RmsNormInt(_) | ChainedKernel::QuantizeActInt(_)));
+        // Small mode: a product is chained only right after a chained small stage (or as a
+        // later dispatch of such a stage, Q/K/V).
+        let chained = chained.filter(|_| self.mode == ChainMode::All || small || self.current.map_or(self.open.is_some(), |s| !s.small));
         let Some(chained) = chained else {
             if let Some(stage) = &mut self.current {
                 // Ordered after the stage before by a barrier (the chained dispatches before it
@@ -1570,6 +1596,7 @@ impl ChainRecording {
         // builds; the same bits with any count).
         let groups = match chained {
             ChainedKernel::RmsNormInt(_) | ChainedKernel::QuantizeActInt(_) => groups,
+            _ if self.mode == ChainMode::Small && std::env::var("STRATA_VULKAN_CHAIN_GROUPS").is_err() => groups,
             _ => [groups[0].min(chain_groups()), groups[1], groups[2]],
         };
         let stage = match self.current {
@@ -1581,10 +1608,12 @@ impl ChainRecording {
                     Some((w, count)) if w + 1 == word => count,
                     _ => 0,
                 };
-                ChainStage { word, workgroups: 0, expect, mixed: false }
+                ChainStage { word, workgroups: 0, expect, mixed: false, small }
             }
         };
-        let push = push.chain(stage.expect, self.base + 4 * u64::from(stage.word - 1));
+        // Products of small mode need not count: a pipeline barrier follows them.
+        let no_count = if self.mode == ChainMode::Small && !small { CHAIN_NO_COUNT } else { 0 };
+        let push = push.chain(stage.expect | no_count, self.base + 4 * u64::from(stage.word - 1));
         if stage.expect > 0 {
             rec.dispatch_chained(Kernel::Chained(chained), &push, groups)?;
         } else {
@@ -1616,10 +1645,11 @@ impl ChainRecording {
     fn end_stage(&mut self, rec: &mut Recorder) {
         if let Some(stage) = self.current {
             self.counts.resize(stage.word as usize + 1, 0);
-            self.counts[stage.word as usize] = stage.workgroups;
+            // (Small mode's products do not count theirs.)
+            self.counts[stage.word as usize] = if self.mode == ChainMode::Small && !stage.small { 0 } else { stage.workgroups };
         }
         match self.current.take() {
-            Some(stage) if !stage.mixed => {
+            Some(stage) if !stage.mixed && (self.mode == ChainMode::All || stage.small) => {
                 self.open = Some((stage.word, stage.workgroups));
                 rec.defer_barrier();
             }

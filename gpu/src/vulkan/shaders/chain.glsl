@@ -28,12 +28,18 @@ layout(buffer_reference, std430, buffer_reference_align = 4) volatile coherent b
 #define CHAIN_LINE_WORDS 1024u
 shared uint chain_flag;
 
+// A bit of `chain_expect` above the count: CHAIN_NO_COUNT, this stage does not count its
+// workgroups (a pipeline barrier orders what follows it); a wait that gave up is still marked.
+#define CHAIN_NO_COUNT 0x80000000u
+#define CHAIN_COUNT_MASK 0x7FFFFFFFu
+
 // Every invocation of the workgroup returns once the stage before is done (or a wait gave up).
 // The first subgroup polls the stage's lines and adds them up.
 void chain_wait() {
     if (gl_SubgroupID == 0u) {
         uint flag = 0u;
-        if (CHAIN_PC(chain_expect) > 0u) {
+        uint expect = CHAIN_PC(chain_expect) & CHAIN_COUNT_MASK;
+        if (expect > 0u) {
             uint spins = 0u;
             while (true) {
                 uint total = 0u;
@@ -45,7 +51,7 @@ void chain_wait() {
                 }
                 total = subgroupAdd(total);
                 gave_up = subgroupOr(gave_up);
-                if (total >= CHAIN_PC(chain_expect) || gave_up != 0u) {
+                if (total >= expect || gave_up != 0u) {
                     flag = gave_up;
                     break;
                 }
@@ -64,15 +70,21 @@ void chain_wait() {
     barrier();
 }
 
-// Counts this workgroup done, after every invocation's writes.
+// Counts this workgroup done, after every invocation's writes (unless the stage does not
+// count: then only a wait that gave up is marked).
 void chain_signal() {
-    memoryBarrierBuffer();
-    barrier();
+    bool count = (CHAIN_PC(chain_expect) & CHAIN_NO_COUNT) == 0u;
+    if (count) {
+        memoryBarrierBuffer();
+        barrier();
+    }
     if (gl_LocalInvocationIndex == 0u) {
         U32sC own = U32sC(CHAIN_PC(chain) + uint64_t(4u + 4u * CHAIN_LINE_WORDS * (gl_WorkGroupID.x % CHAIN_LINES)));
         if (chain_flag != 0u) {
             atomicOr(own.v[0], CHAIN_GAVE_UP);
         }
-        atomicAdd(own.v[0], 1u);
+        if (count) {
+            atomicAdd(own.v[0], 1u);
+        }
     }
 }
