@@ -209,12 +209,14 @@ fn exact_attention_fits(head_dim: usize) -> bool {
 }
 
 /// Positions per attention split at least (a workgroup walks them in tiles of 128): 64, or
-/// `STRATA_ATTENTION_SPLIT` (16, 32, 64 or 128), a tuning knob read once. Shorter splits make
-/// more workgroups for one decoded token (H200, 7B shape at context 512, decode t/s: 220 with
-/// 128, 228 with 64, 232 with 32).
+/// `STRATA_ATTENTION_SPLIT` (a power of two from 16 to 4,096), a tuning knob read once. Shorter
+/// splits make more workgroups for one decoded token (H200, 7B shape at context 512, decode t/s:
+/// 220 with 128, 228 with 64, 232 with 32 in the third session; 383-387 with 128, 400-403 with
+/// 64, 392-395 with 32 in the twenty-fifth). Long ones leave a token one split per head, which
+/// with `STRATA_VULKAN_FUSE_ATTENTION=1` makes decode attention one dispatch.
 fn attention_split_min() -> usize {
     static SPLIT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *SPLIT.get_or_init(|| std::env::var("STRATA_ATTENTION_SPLIT").ok().and_then(|v| v.parse().ok()).filter(|r| [16usize, 32, 64, 128].contains(r)).unwrap_or(64))
+    *SPLIT.get_or_init(|| std::env::var("STRATA_ATTENTION_SPLIT").ok().and_then(|v| v.parse::<usize>().ok()).filter(|r| r.is_power_of_two() && (16..=4096).contains(r)).unwrap_or(64))
 }
 const ATTENTION_MAX_SPLITS: usize = 256;
 
