@@ -477,6 +477,11 @@ mod tests {
             "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
             "{% for m in messages recursive %}{{ loop([m, m]) }}{% endfor %}",
             "{{ 'x' * 100000000 }}",
+            // Strings doubled across loop iterations and across macro calls: fuel counts the
+            // bytes each concatenation makes. (Lists doubled the same way are not refused:
+            // NOTES.md, twenty-fifth session.)
+            "{% set ns = namespace(a='xxxxxxxx') %}{% for i in range(45) %}{% set ns.a = ns.a ~ ns.a %}{% endfor %}{{ ns.a | length }}",
+            "{% macro f(s, n) %}{% if n > 0 %}{{ f(s ~ s, n - 1) }}{% else %}{{ s | length }}{% endif %}{% endmacro %}{{ f('xxxxxxxx', 45) }}",
         ] {
             let t = ChatTemplate::with_limits(src, "", "", lim).expect("compiles");
             assert!(t.render(&msgs(), false).is_err(), "{src} should fail");
