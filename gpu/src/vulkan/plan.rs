@@ -1530,10 +1530,15 @@ fn chain_mode() -> Option<ChainMode> {
     }
 }
 
-/// Workgroups of a chained product at most (`STRATA_VULKAN_CHAIN_GROUPS`, default 1,056: eight
-/// of 128 invocations an SM of an H200), each taking units in turn.
-fn chain_groups() -> u32 {
-    std::env::var("STRATA_VULKAN_CHAIN_GROUPS").ok().and_then(|v| v.parse().ok()).filter(|&g| g > 0).unwrap_or(1056)
+/// Workgroups of a chained product at most, each taking units in turn: `STRATA_VULKAN_CHAIN_GROUPS`,
+/// else 1,056 (eight of 128 invocations an SM of an H200) with every stage chained and no cap in
+/// small mode (its products keep their usual workgroups).
+fn chain_groups(mode: ChainMode) -> Option<u32> {
+    let knob = std::env::var("STRATA_VULKAN_CHAIN_GROUPS").ok().and_then(|v| v.parse().ok()).filter(|&g| g > 0);
+    match mode {
+        ChainMode::All => Some(knob.unwrap_or(1056)),
+        ChainMode::Small => knob,
+    }
 }
 
 /// The chained stages of a step being recorded (shaders/chain.glsl). A stage is the dispatches
@@ -1596,10 +1601,9 @@ impl ChainRecording {
         };
         // Products take units in turn in at most this many workgroups (matvec_q.comp's chained
         // builds; the same bits with any count).
-        let groups = match chained {
-            ChainedKernel::RmsNormInt(_) | ChainedKernel::QuantizeActInt(_) => groups,
-            _ if self.mode == ChainMode::Small && std::env::var("STRATA_VULKAN_CHAIN_GROUPS").is_err() => groups,
-            _ => [groups[0].min(chain_groups()), groups[1], groups[2]],
+        let groups = match (chained, chain_groups(self.mode)) {
+            (ChainedKernel::RmsNormInt(_) | ChainedKernel::QuantizeActInt(_), _) | (_, None) => groups,
+            (_, Some(cap)) => [groups[0].min(cap), groups[1], groups[2]],
         };
         let stage = match self.current {
             Some(stage) => stage,
@@ -1613,8 +1617,7 @@ impl ChainRecording {
                 ChainStage { word, workgroups: 0, expect, mixed: false, small }
             }
         };
-        // Products of small mode need not count: a pipeline barrier follows them.
-        let no_count = if self.mode == ChainMode::Small && !small { CHAIN_NO_COUNT } else { 0 };
+        let no_count = if self.barrier_after(small) { CHAIN_NO_COUNT } else { 0 };
         let push = push.chain(stage.expect | no_count, self.base + 4 * u64::from(stage.word - 1));
         if stage.expect > 0 {
             rec.dispatch_chained(Kernel::Chained(chained), &push, groups)?;
@@ -1642,16 +1645,22 @@ impl ChainRecording {
         slot
     }
 
+    /// Whether a chained stage (`small`: an RMSNorm or a quantization) ends with a pipeline
+    /// barrier all the same: small mode's products. Nothing waits on their count, so they do
+    /// not count their workgroups.
+    fn barrier_after(&self, small: bool) -> bool {
+        self.mode == ChainMode::Small && !small
+    }
+
     /// Ends the stage: a chained one leaves its barrier to the next command that needs it,
     /// any other records it.
     fn end_stage(&mut self, rec: &mut Recorder) {
         if let Some(stage) = self.current {
             self.counts.resize(stage.word as usize + 1, 0);
-            // (Small mode's products do not count theirs.)
-            self.counts[stage.word as usize] = if self.mode == ChainMode::Small && !stage.small { 0 } else { stage.workgroups };
+            self.counts[stage.word as usize] = if self.barrier_after(stage.small) { 0 } else { stage.workgroups };
         }
         match self.current.take() {
-            Some(stage) if !stage.mixed && (self.mode == ChainMode::All || stage.small) => {
+            Some(stage) if !stage.mixed && !self.barrier_after(stage.small) => {
                 self.open = Some((stage.word, stage.workgroups));
                 rec.defer_barrier();
             }
