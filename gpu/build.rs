@@ -90,6 +90,29 @@ fn main() {
             build(&format!("matvec_swiglu_{ty}_f32"), &[&t, "NT=1", "ROWS=2", "SWIGLU_PAIR", "ACT_Q8_0", "NO_TICKET"]);
             build(&format!("matvec_swiglu_{ty}_f32_p2"), &[&t, "NT=1", "ROWS=4", "PAIRS=2", "SWIGLU_PAIR", "ACT_Q8_0", "NO_TICKET"]);
         }
+        // The RMSNorm after a residual add in the one-token product's last workgroups
+        // (NORM_EPILOGUE: the layouts a residual-adding product takes, its records rounded as
+        // this type's products read them), and the fused QKV and gate/up products that scale
+        // their outputs by that norm (NORM_SCALE), 128 and 64 lanes a row.
+        {
+            let act = if matches!(ty.as_str(), "q4_k" | "q6_k") { "ACT_Q8_K" } else { "ACT_Q8_0" };
+            for (name, defines) in [
+                (format!("matvec_q1_r2_normout_{ty}"), vec!["ROWS=2"]),
+                (format!("matvec_q1_r2_normout_{ty}_g2"), vec!["ROWS=2", "GROUPS=2"]),
+                (format!("matvec_q1_r4_normout_{ty}"), vec!["ROWS=4"]),
+                (format!("matvec_q1_r2_normout_{ty}_u2"), vec!["ROWS=2", "UNROLL2"]),
+                (format!("matvec_q1_r4_normout_{ty}_u2"), vec!["ROWS=4", "UNROLL2"]),
+            ] {
+                let d: Vec<&str> = [t.as_str(), "NT=1", "NORM_EPILOGUE", act].into_iter().chain(defines).collect();
+                compile_with(&glslc, "matvec_q", &name, &d, &out);
+            }
+            for (suffix, groups) in &PRODUCT_LAYOUTS[..2] {
+                let g = format!("GROUPS={groups}");
+                compile_with(&glslc, "matvec_q", &format!("matvec_qkv_scaled_{ty}{suffix}"), &[&t, "NT=1", "ROWS=2", "QKV_ROPE", "NORM_SCALE", &g], &out);
+                compile_with(&glslc, "matvec_q", &format!("matvec_swiglu_scaled_{ty}_f32{suffix}"), &[&t, "NT=1", "ROWS=2", "SWIGLU_PAIR", "ACT_Q8_0", "NO_TICKET", "NORM_SCALE", &g], &out);
+                compile_with(&glslc, "matvec_q", &format!("matvec_swiglu_scaled_{ty}_f32_p2{suffix}"), &[&t, "NT=1", "ROWS=4", "PAIRS=2", "SWIGLU_PAIR", "ACT_Q8_0", "NO_TICKET", "NORM_SCALE", &g], &out);
+            }
+        }
         // Each layout (kernels.rs, ProductLayout) of every product kernel; 128 lanes a row
         // (one group) carries no suffix.
         for (suffix, groups) in PRODUCT_LAYOUTS {

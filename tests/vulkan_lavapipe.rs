@@ -223,6 +223,40 @@ fn vulkan_fused_decode_stages_compute_the_unfused_bits() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A process-wide count of a switched path's recordings, and how much one model's run of so many
+/// layers must add to it at least.
+type RecordedAtLeast = (fn() -> u64, fn(u64) -> u64);
+
+/// Runs `models` 80 positions, one token a step, with developer switch `knob` off ("0") and
+/// on ("1"), and asserts that the switched path (`what`), whose arithmetic differs from the
+/// staged kernels', is as close to the CPU device's logits (KL within 1.5 times the staged
+/// path's, top-1 within 2). `must_differ(name)`: whether that model's logits must show the
+/// switch (some bit differs); `recorded` and `at_least(layers)`: a process-wide count of the
+/// switched path's recordings, and how much a model's run must add to it.
+fn assert_switch_stays_as_close_to_the_cpu(what: &str, knob: &str, models: Vec<(&str, Arc<LoadedModel>)>, must_differ: fn(&str) -> bool, recorded: Option<RecordedAtLeast>) {
+    let Some(i) = vulkan_index() else { return };
+    for (name, model) in models {
+        let vocab = model.hparams.vocab_size;
+        let tokens: Vec<u32> = (0..80u32).map(|i| (i * 7919 + 13) % vocab as u32).collect();
+        let stage = vulkan_logits_with(&model, i, knob, "0", &tokens);
+        let before = recorded.map(|(count, _)| count());
+        let switched = vulkan_logits_with(&model, i, knob, "1", &tokens);
+        if let (Some((count, at_least)), Some(before)) = (recorded, before) {
+            let taken = count() - before;
+            let layers = model.hparams.n_layers as u64;
+            assert!(taken >= at_least(layers), "{name}: {what} recorded {taken} times, {layers} layers");
+        }
+        let cpu = engine_with_ubatch(&model, DeviceKind::Cpu, DeviceKind::Cpu, 1).teacher_forced_logits(&tokens).expect("cpu");
+        let differ = switched.iter().zip(&stage).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+        assert!(!must_differ(name) || differ > 0, "{name}: {what} was not used (every logit is the staged path's)");
+        let against_cpu = |got: &[f32]| kl_and_top1(&cpu, got, vocab, 0..tokens.len());
+        let (kl_stage, top1_stage) = against_cpu(&stage);
+        let (kl_switched, top1_switched) = against_cpu(&switched);
+        eprintln!("{name}: {differ} logits differ; against the CPU: staged KL {kl_stage:.2e} top-1 {top1_stage}, {what} KL {kl_switched:.2e} top-1 {top1_switched}");
+        assert!(kl_switched <= 1.5 * kl_stage + 1e-4 && top1_switched + 2 >= top1_stage, "{name}: {what} is further from the CPU (KL {kl_switched:e}, top-1 {top1_switched}) than the staged path (KL {kl_stage:e}, top-1 {top1_stage})");
+    }
+}
+
 /// The RMSNorm before the fused QKV and gate/up products computed in those products' own
 /// workgroups (`STRATA_VULKAN_NORM_PROLOGUE=1`: each normalizes and quantizes the row into shared
 /// memory) instead of a stage of its own: its sum of squares is added in another order, so the
@@ -231,31 +265,41 @@ fn vulkan_fused_decode_stages_compute_the_unfused_bits() {
 /// of 1,280 (Q8_K records, wider than one pass of the workgroup); 80 positions, one token a step.
 #[test]
 fn vulkan_norm_in_the_products_agrees_with_the_norm_stage() {
-    let Some(i) = vulkan_index() else { return };
     let dir = std::env::temp_dir().join(format!("strata-vulkan-norm-prologue-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
-    let models = [
+    let models = vec![
         ("default", Arc::new(LoadedModel::load(&common::default_model()).expect("the default model loads"))),
         ("tiny-qwen2-hd128", synthetic_model(&dir, "tiny-qwen2-hd128", strata_quant::GgmlType::Q4_K, 3)),
         // Rows of 1,280: two passes of the workgroup's runs, the second partly past the row.
         ("tiny-qwen2-wide", synthetic_model(&dir, "tiny-qwen2-wide", strata_quant::GgmlType::Q4_K, 5)),
     ];
-    for (name, model) in models {
-        let vocab = model.hparams.vocab_size;
-        let tokens: Vec<u32> = (0..80u32).map(|i| (i * 7919 + 13) % vocab as u32).collect();
-        let stage = vulkan_logits_with(&model, i, "STRATA_VULKAN_NORM_PROLOGUE", "0", &tokens);
-        let prologue = vulkan_logits_with(&model, i, "STRATA_VULKAN_NORM_PROLOGUE", "1", &tokens);
-        let cpu = engine_with_ubatch(&model, DeviceKind::Cpu, DeviceKind::Cpu, 1).teacher_forced_logits(&tokens).expect("cpu");
-        // On the default model's 30 layers the other summation order shows: the prologue ran.
-        // (The small models' records can come out the same bit for bit.)
-        let differ = prologue.iter().zip(&stage).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
-        assert!(name != "default" || differ > 0, "{name}: the norm prologue was not used (every logit is the stage's)");
-        let against_cpu = |got: &[f32]| kl_and_top1(&cpu, got, vocab, 0..tokens.len());
-        let (kl_stage, top1_stage) = against_cpu(&stage);
-        let (kl_prologue, top1_prologue) = against_cpu(&prologue);
-        eprintln!("{name}: {differ} logits differ; against the CPU: norm stage KL {kl_stage:.2e} top-1 {top1_stage}, norm in the products KL {kl_prologue:.2e} top-1 {top1_prologue}");
-        assert!(kl_prologue <= 1.5 * kl_stage + 1e-4 && top1_prologue + 2 >= top1_stage, "{name}: the norm in the products is further from the CPU (KL {kl_prologue:e}, top-1 {top1_prologue}) than the norm stage (KL {kl_stage:e}, top-1 {top1_stage})");
-    }
+    // On the default model's 30 layers the other summation order shows: the prologue ran. (The
+    // small models' records can come out the same bit for bit.)
+    assert_switch_stays_as_close_to_the_cpu("the norm in the products", "STRATA_VULKAN_NORM_PROLOGUE", models, |name| name == "default", None);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The RMSNorm after each residual add done by the last workgroups of the product that adds
+/// (`STRATA_VULKAN_NORM_EPILOGUE=1`: each chunk of 256 rows quantizes its `x * weight` for the
+/// next product and leaves its sum of squares; that product multiplies its outputs by the norm's
+/// scale) instead of a stage of its own: the records are rounded before the scale, so the logits
+/// are not the stage's bit for bit, but they must be as close to the CPU device's. On the
+/// default model (Q8_0-style records, rows of 576: a last chunk of 64 rows, 64 lanes a row),
+/// Qwen2's with rows of 1,280 (Q8_K records) and Qwen2's with FFN rows of 4,608 (down with 128
+/// lanes a row and two items in flight); 80 positions, one token a step. Every layer's two
+/// norms must have been taken but the first layer's first (after the embedding, no product adds)
+/// and the final one (before the logits, not a fused product).
+#[test]
+fn vulkan_norm_after_the_residual_add_agrees_with_the_norm_stage() {
+    let dir = std::env::temp_dir().join(format!("strata-vulkan-norm-epilogue-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let models = vec![
+        ("default", Arc::new(LoadedModel::load(&common::default_model()).expect("the default model loads"))),
+        ("tiny-qwen2-wide", synthetic_model(&dir, "tiny-qwen2-wide", strata_quant::GgmlType::Q4_K, 5)),
+        ("tiny-qwen2-long-ff", synthetic_model(&dir, "tiny-qwen2-long-ff", strata_quant::GgmlType::Q4_K, 7)),
+    ];
+    let recorded: RecordedAtLeast = (strata_gpu::vulkan::norm_epilogues_recorded, |layers| 2 * layers - 1);
+    assert_switch_stays_as_close_to_the_cpu("the norm in the product before", "STRATA_VULKAN_NORM_EPILOGUE", models, |_| true, Some(recorded));
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -64,6 +64,18 @@ pub enum Kernel {
     MatVecIntRopeNorm(WeightFormat, ProductLayout),
     /// MatVecIntSwiGluF32 with the RMSNorm before it likewise.
     MatVecIntSwiGluF32Norm(WeightFormat, ProductLayout, u8),
+    /// A residual-adding one-token product ([`Kernel::MatVecInt1`] with 2 or 4 rows, or
+    /// [`Kernel::MatVecInt1Unrolled`] when the flag is set) that also does the RMSNorm after the
+    /// add: the last workgroup of each chunk of 256 rows quantizes the chunk's `x * weight` for
+    /// the next product and leaves its sum of squares (matvec_q.comp NORM_EPILOGUE); the next
+    /// product is a `...Scaled` kernel. Its records are rounded as this format's products read
+    /// them.
+    MatVecInt1NormOut(WeightFormat, u8, ProductLayout, bool),
+    /// MatVecIntRope whose input records hold `x * weight` of an RMSNorm done by a
+    /// [`Kernel::MatVecInt1NormOut`]: it multiplies its outputs by the norm's scale.
+    MatVecIntRopeScaled(WeightFormat, ProductLayout),
+    /// MatVecIntSwiGluF32 likewise.
+    MatVecIntSwiGluF32Scaled(WeightFormat, ProductLayout, u8),
     /// The integer kernel that computes the CPU device's bits (Q4_0, Q4_1, Q8_0, Q4_K): `nt`
     /// tokens per pass (1 or 4), each lane loading `unroll` blocks ahead (1, 2, 4 or 8; 1 or 2
     /// with 4 tokens).
@@ -393,6 +405,18 @@ impl WeightFormat {
 }
 
 impl Kernel {
+    /// The build of this one-token product that also does the RMSNorm after its residual add
+    /// ([`Kernel::MatVecInt1NormOut`]), where there is one.
+    pub fn with_norm_out(self) -> Option<Kernel> {
+        match self {
+            Kernel::MatVecInt1(f, 2, l @ (ProductLayout::Lanes128 | ProductLayout::Lanes64)) => Some(Kernel::MatVecInt1NormOut(f, 2, l, false)),
+            Kernel::MatVecInt1(f, 4, ProductLayout::Lanes128) => Some(Kernel::MatVecInt1NormOut(f, 4, ProductLayout::Lanes128, false)),
+            Kernel::MatVecInt1Unrolled(f, rows @ (2 | 4)) => Some(Kernel::MatVecInt1NormOut(f, rows, ProductLayout::Lanes128, true)),
+            _ => None,
+        }
+        .filter(|k| matches!(k, Kernel::MatVecInt1NormOut(f, ..) if f.has_int_kernel()))
+    }
+
     /// The compiled SPIR-V of the build `v` selects.
     pub fn spirv(self, v: ShaderVariant) -> &'static [u8] {
         match self {
@@ -413,6 +437,20 @@ impl Kernel {
             Kernel::MatVecIntRopeNorm(f, l) => per_layout!(f, l, "matvec_qkv_norm", ""),
             Kernel::MatVecIntSwiGluF32Norm(f, l, 2) => per_layout!(f, l, "matvec_swiglu_norm", "_f32_p2"),
             Kernel::MatVecIntSwiGluF32Norm(f, l, _) => per_layout!(f, l, "matvec_swiglu_norm", "_f32"),
+            Kernel::MatVecInt1NormOut(f, 2, ProductLayout::Lanes128, false) => per_int_format!(f, "matvec_q1_r2_normout"),
+            Kernel::MatVecInt1NormOut(f, 2, ProductLayout::Lanes64, false) => per_int_format!(f, "matvec_q1_r2_normout", "_g2"),
+            Kernel::MatVecInt1NormOut(f, 4, ProductLayout::Lanes128, false) => per_int_format!(f, "matvec_q1_r4_normout"),
+            Kernel::MatVecInt1NormOut(f, 2, ProductLayout::Lanes128, true) => per_int_format!(f, "matvec_q1_r2_normout", "_u2"),
+            Kernel::MatVecInt1NormOut(f, 4, ProductLayout::Lanes128, true) => per_int_format!(f, "matvec_q1_r4_normout", "_u2"),
+            // (Not built: the host asks for the builds above only, `Kernel::with_norm_out`.)
+            Kernel::MatVecInt1NormOut(..) => &[],
+            Kernel::MatVecIntRopeScaled(f, ProductLayout::Lanes128) => per_int_format!(f, "matvec_qkv_scaled"),
+            Kernel::MatVecIntRopeScaled(f, ProductLayout::Lanes64) => per_int_format!(f, "matvec_qkv_scaled", "_g2"),
+            Kernel::MatVecIntSwiGluF32Scaled(f, ProductLayout::Lanes128, 2) => per_int_format!(f, "matvec_swiglu_scaled", "_f32_p2"),
+            Kernel::MatVecIntSwiGluF32Scaled(f, ProductLayout::Lanes64, 2) => per_int_format!(f, "matvec_swiglu_scaled", "_f32_p2_g2"),
+            Kernel::MatVecIntSwiGluF32Scaled(f, ProductLayout::Lanes128, _) => per_int_format!(f, "matvec_swiglu_scaled", "_f32"),
+            Kernel::MatVecIntSwiGluF32Scaled(f, ProductLayout::Lanes64, _) => per_int_format!(f, "matvec_swiglu_scaled", "_f32_g2"),
+            Kernel::MatVecIntRopeScaled(_, ProductLayout::Lanes32) | Kernel::MatVecIntSwiGluF32Scaled(_, ProductLayout::Lanes32, _) => &[],
             Kernel::AttentionDecodeFused(ActRounding::Q8_0) => spv!("attention_decode_fused_q8_0"),
             Kernel::AttentionDecodeFused(ActRounding::Q8_K) => spv!("attention_decode_fused_q8_k"),
             Kernel::MatVecExact { format: f, nt: 1, unroll: 1 } => per_exact_format!(f, "matvec_exact_t1_u1", v.fma_via_f64()),

@@ -450,6 +450,9 @@ struct Profiler {
     steps: HashMap<usize, (f64, u64)>,
     /// step class -> (ns in forward(), ns of it submitting and waiting for the GPU).
     host: HashMap<usize, (f64, f64)>,
+    /// `STRATA_VULKAN_PROFILE=steps`: a step's first and last timestamps only, so that the GPU's
+    /// time per step is measured without the per-op timestamps' own cost.
+    steps_only: bool,
 }
 
 /// The profile's step classes: the token count of decode-sized steps (each batch size apart),
@@ -485,7 +488,8 @@ impl Profiler {
                 Op::SelectRows { .. } => "select_rows".to_string(),
             })
             .collect();
-        Ok(Profiler { ctx: ctx.clone(), pool, capacity, n_ops, labels, relabeled: HashMap::new(), totals: HashMap::new(), steps: HashMap::new(), host: HashMap::new() })
+        let steps_only = std::env::var("STRATA_VULKAN_PROFILE").as_deref() == Ok("steps");
+        Ok(Profiler { ctx: ctx.clone(), pool, capacity, n_ops, labels, relabeled: HashMap::new(), totals: HashMap::new(), steps: HashMap::new(), host: HashMap::new(), steps_only })
     }
 
     fn collect(&mut self, class: usize) {
@@ -499,7 +503,8 @@ impl Profiler {
         }
         let ticks: Vec<u64> = pairs.iter().map(|p| p[0]).collect();
         let ns = self.ctx.info.timestamp_period_ns as f64;
-        for (i, label) in self.labels.iter().enumerate() {
+        let per_op = if self.steps_only { 0 } else { self.labels.len() };
+        for (i, label) in self.labels.iter().enumerate().take(per_op) {
             let mut add = |label: String, dt: f64| {
                 let e = self.totals.entry((label, class)).or_default();
                 e.0 += dt;
@@ -670,8 +675,10 @@ impl VulkanPlan {
             table.extend(s);
         }
         uploader.upload(arena.buffer(&rope_table), rope_table.offset, &conv::f32_bytes(&table))?;
-        // The grid barriers count from zero (each dispatch leaves its counters at zero).
+        // The grid barriers count from zero (each dispatch leaves its counters at zero), and so
+        // do the norm epilogue's tickets (each last workgroup resets its chunk's).
         uploader.upload(arena.buffer(&counters), counters.offset + counter_bytes(&graph) + 16, &[0u8; GRID_SYNC_BYTES as usize])?;
+        uploader.upload(arena.buffer(&counters), counters.offset, &vec![0u8; counter_bytes(&graph) as usize])?;
         uploader.flush()?;
 
         let max_blocks_per_seq = opts.max_context.div_ceil(opts.block_size);
@@ -684,7 +691,7 @@ impl VulkanPlan {
         tracing::info!(device = %ctx.name(), weights_mib = weight_bytes >> 20, device_mib = arena.allocated_bytes() >> 20, "Vulkan plan compiled");
         Ok(VulkanPlan {
             commands: CommandCache::new(ctx)?,
-            profiler: if std::env::var("STRATA_VULKAN_PROFILE").is_ok_and(|v| v == "1") { Some(Profiler::new(ctx, &graph)?) } else { None },
+            profiler: if std::env::var("STRATA_VULKAN_PROFILE").is_ok_and(|v| v == "1" || v == "steps") { Some(Profiler::new(ctx, &graph)?) } else { None },
             pipelines: Pipelines::new(ctx)?,
             graph,
             weights,
@@ -835,6 +842,8 @@ impl VulkanPlan {
         let params_buffer = self.params_device.buffer;
         let (params_host, params_bytes) = (self.params.buffer, (pl.total * 4) as u64);
         let profile_pool = self.profiler.as_ref().map(|p| (p.pool, p.capacity));
+        // The per-op timestamps (not in the steps-only profile: only its first and last).
+        let op_stamps = profile_pool.filter(|_| self.profiler.as_ref().is_some_and(|p| !p.steps_only));
         // (`ops` is the graph's op list, taken out of it while recording.)
         let n_graph_ops = ops.len() as u32;
         if let Some((pool, n)) = profile_pool {
@@ -858,6 +867,12 @@ impl VulkanPlan {
         let mut prequantized: Option<u64> = None;
         // Set by an RMSNorm left to the product that follows (its input row, weight and eps).
         let mut norm_in_product: Option<(u64, u64, f32)> = None;
+        // Set by a residual-adding product that did the RMSNorm after it (its partials' address,
+        // shaders/matvec_q.comp NORM_EPILOGUE), for that norm's op; then for the product after
+        // it, which scales its outputs by the norm.
+        let mut norm_out_done: Option<u64> = None;
+        let mut norm_scaled: Option<u64> = None;
+        let norm_partials = counters.address + norm_partials_offset(graph);
         // Fused stages recorded (QKV with RoPE, gate/up with SwiGLU, attention with its merge).
         let mut fused = [0usize; 3];
         let prefetch = if n <= INT_MAX_TOKENS { prefetch_bytes() } else { 0 };
@@ -875,7 +890,7 @@ impl VulkanPlan {
         for (op_index, op) in ops.iter().enumerate() {
             if skip_ops > 0 {
                 skip_ops -= 1;
-                if let Some((pool, _)) = profile_pool {
+                if let Some((pool, _)) = op_stamps {
                     rec.timestamp(pool, op_index as u32 + 1);
                 }
                 continue;
@@ -888,6 +903,15 @@ impl VulkanPlan {
                     rec.dispatch(Kernel::Embed(w.layout.format), &push, [n as u32, 1, 1])?;
                 }
                 Op::RmsNorm { input, weight, out } => {
+                    if let Some(partials) = norm_out_done.take() {
+                        // Done by the product before (its records in the spare buffer).
+                        prequantized = Some(rounded_alt.address);
+                        norm_scaled = Some(partials);
+                        if let Some((pool, _)) = op_stamps {
+                            rec.timestamp(pool, op_index as u32 + 1);
+                        }
+                        continue;
+                    }
                     let rows = rows_of(graph, *input);
                     let width = graph.buffer(*input).width as u32;
                     let w = weights[weight.0 as usize].map_or(0, |w| w.address);
@@ -924,7 +948,7 @@ impl VulkanPlan {
                         skip_ops = 4;
                         grid_barriers = true;
                         rec.barrier();
-                        if let Some((pool, _)) = profile_pool {
+                        if let Some((pool, _)) = op_stamps {
                             rec.timestamp(pool, op_index as u32 + 1);
                         }
                         continue;
@@ -933,7 +957,7 @@ impl VulkanPlan {
                         // The product after it normalizes the row in its own workgroups: no
                         // stage, no barrier here.
                         norm_in_product = Some((addr_of(*input), w, hp.rms_eps));
-                        if let Some((pool, _)) = profile_pool {
+                        if let Some((pool, _)) = op_stamps {
                             rec.timestamp(pool, op_index as u32 + 1);
                         }
                         continue;
@@ -1013,9 +1037,14 @@ impl VulkanPlan {
                             // a dispatch of its own (no tickets: faster on the H200).
                             let pairs = swiglu_pairs(g.layout.format);
                             let groups = g.rows.div_ceil(layout.groups() * pairs as usize);
-                            match norm {
-                                Some((_, _, eps)) => rec.dispatch(Kernel::MatVecIntSwiGluF32Norm(g.layout.format, layout, pairs), &push.f32(eps), [groups.min(persistent_groups(ctx)) as u32, 1, 1])?,
-                                None => chain.dispatch(&mut rec, Kernel::MatVecIntSwiGluF32(g.layout.format, layout, pairs), push, [groups as u32, 1, 1])?,
+                            match (norm, norm_scaled.take()) {
+                                (Some((_, _, eps)), _) => rec.dispatch(Kernel::MatVecIntSwiGluF32Norm(g.layout.format, layout, pairs), &push.f32(eps), [groups.min(persistent_groups(ctx)) as u32, 1, 1])?,
+                                (None, Some(partials)) => {
+                                    let push = Push::new().addr(g.address).addr(g.aux()).addr(u.address).addr(u.aux()).addr(x).addr(addr_of(act)).addr(rounded_alt.address).addr(counters.address).addr(partials);
+                                    let push = push.u32(g.cols as u32).u32(meta_offset as u32).u32(g.rows as u32).u32(out_meta_offset as u32);
+                                    rec.dispatch(Kernel::MatVecIntSwiGluF32Scaled(g.layout.format, layout, pairs), &push, [groups as u32, 1, 1])?;
+                                }
+                                (None, None) => chain.dispatch(&mut rec, Kernel::MatVecIntSwiGluF32(g.layout.format, layout, pairs), push, [groups as u32, 1, 1])?,
                             }
                             chain.end_stage(&mut rec);
                             let (record_bytes, meta) = int_act_record(g.rows);
@@ -1034,6 +1063,7 @@ impl VulkanPlan {
                         // Q, K and V with RoPE and the K/V store in the products' epilogues: one
                         // stage instead of two (the rotation pairs of a head in one workgroup).
                         let (kc, vc, stride) = kv_addresses(ctx, kv, layer)?;
+                        let scaled = norm_scaled.take();
                         for (mode, p) in outputs.iter().enumerate() {
                             let w = weights[p.weight.0 as usize].ok_or_else(|| unsupported(ctx, "weight not uploaded".into()))?;
                             let bias = p.bias.and_then(|b| weights[b.0 as usize]).map_or(0, |b| b.address);
@@ -1055,9 +1085,10 @@ impl VulkanPlan {
                                 .addr(p_seq)
                                 .addr(p_toff)
                                 .addr(p_tables);
-                            let push = match norm {
-                                Some((_, norm_w, _)) => push.addr(norm_w),
-                                None => push,
+                            let push = match (norm, scaled) {
+                                (Some((_, norm_w, _)), _) => push.addr(norm_w),
+                                (None, Some(partials)) => push.addr(partials),
+                                (None, None) => push,
                             };
                             let push = push
                                 .u32(w.cols as u32)
@@ -1070,9 +1101,10 @@ impl VulkanPlan {
                                 .u32(block_size as u32)
                                 .u32((w.rows / 2) as u32);
                             let groups = (w.rows / 2).div_ceil(layout.groups());
-                            match norm {
-                                Some((_, _, eps)) => rec.dispatch(Kernel::MatVecIntRopeNorm(w.layout.format, layout), &push.f32(eps), [groups.min(persistent_groups(ctx)) as u32, 1, 1])?,
-                                None => chain.dispatch(&mut rec, Kernel::MatVecIntRope(w.layout.format, layout), push, [groups as u32, 1, 1])?,
+                            match (norm, scaled) {
+                                (Some((_, _, eps)), _) => rec.dispatch(Kernel::MatVecIntRopeNorm(w.layout.format, layout), &push.f32(eps), [groups.min(persistent_groups(ctx)) as u32, 1, 1])?,
+                                (None, Some(_)) => rec.dispatch(Kernel::MatVecIntRopeScaled(w.layout.format, layout), &push, [groups as u32, 1, 1])?,
+                                (None, None) => chain.dispatch(&mut rec, Kernel::MatVecIntRope(w.layout.format, layout), push, [groups as u32, 1, 1])?,
                             }
                         }
                         // Both RoPEs and the store.
@@ -1092,12 +1124,18 @@ impl VulkanPlan {
                                 _ => (p.out, 0),
                             };
                             skip_ops = accumulate as usize;
-                            let push = Push::new()
-                                .addr(w.address)
-                                .addr(w.aux())
-                                .addr(x)
-                                .addr(addr_of(out))
-                                .addr(bias)
+                            let (kernel, groups) = int_product_dispatch(ctx, w.layout.format, w.rows, w.cols, rows_in);
+                            // The RMSNorm after the add in this product's last workgroups.
+                            let norm_out = (accumulate == 1)
+                                .then(|| norm_epilogue(ctx, graph, weights, ops, op_index + 2, n, out, w.layout.format, chain.enabled))
+                                .flatten()
+                                .and_then(|norm| Some((norm, kernel.with_norm_out()?)));
+                            let push = Push::new().addr(w.address).addr(w.aux()).addr(x).addr(addr_of(out)).addr(bias);
+                            let push = match norm_out {
+                                Some(((norm_w, _), _)) => push.addr(norm_w).addr(rounded_alt.address).addr(counters.address).addr(norm_partials),
+                                None => push,
+                            };
+                            let push = push
                                 .u32(w.rows as u32)
                                 .u32(w.cols as u32)
                                 .u32(rows_in as u32)
@@ -1105,8 +1143,15 @@ impl VulkanPlan {
                                 .u32(graph.buffer(out).width as u32)
                                 .u32(meta_offset as u32)
                                 .u32(accumulate);
-                            let (kernel, groups) = int_product_dispatch(ctx, w.layout.format, w.rows, w.cols, rows_in);
-                            chain.dispatch(&mut rec, kernel, push, groups)?;
+                            match norm_out {
+                                Some(((_, eps), norm_kernel)) => {
+                                    let (_, records_meta) = int_act_record(w.rows);
+                                    rec.dispatch(norm_kernel, &push.u32(records_meta as u32).f32(eps), groups)?;
+                                    norm_out_done = Some(norm_partials);
+                                    NORM_EPILOGUES_RECORDED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                }
+                                None => chain.dispatch(&mut rec, kernel, push, groups)?,
+                            }
                         } else {
                             let push = Push::new().addr(w.address).addr(w.aux()).addr(x).addr(addr_of(p.out)).addr(bias).u32(w.rows as u32).u32(w.cols as u32).u32(rows_in as u32).u32(x_stride).u32(graph.buffer(p.out).width as u32);
                             let (kernel, push, groups) = product_dispatch(ctx, w.layout.format, w.rows, rows_in, push);
@@ -1247,7 +1292,7 @@ impl VulkanPlan {
                             record_prefetch(&mut rec, weights, &ops[op_index + 1..], prefetch, sink)?;
                         }
                         rec.barrier();
-                        if let Some((pool, _)) = profile_pool {
+                        if let Some((pool, _)) = op_stamps {
                             rec.timestamp(pool, n_graph_ops + 2 + op_index as u32);
                         }
                         let out_width = graph.buffer(*out).width;
@@ -1287,7 +1332,7 @@ impl VulkanPlan {
                 }
             }
             chain.end_stage(&mut rec);
-            if let Some((pool, _)) = profile_pool {
+            if let Some((pool, _)) = op_stamps {
                 rec.timestamp(pool, op_index as u32 + 1);
             }
         }
@@ -1371,9 +1416,50 @@ fn record_prefetch(rec: &mut Recorder<'_>, weights: &[Option<GpuWeight>], ops: &
 
 /// Bytes of the fused epilogues' counters: one u32 per chunk of 256 outputs of the widest
 /// activation row, for each token of a decode-sized step.
+/// Then the norm epilogue's partials (eps and a sum of squares per chunk of 256 of a row).
 fn counter_bytes(graph: &ForwardGraph) -> u64 {
     let widest = graph.buffers.iter().map(|b| b.width).max().unwrap_or(0);
+    (norm_partials_offset(graph) + (widest.div_ceil(256) as u64 + 1) * 4).next_multiple_of(16)
+}
+
+/// Where [`counter_bytes`]'s norm partials start.
+fn norm_partials_offset(graph: &ForwardGraph) -> u64 {
+    let widest = graph.buffers.iter().map(|b| b.width).max().unwrap_or(0);
     (INT_MAX_TOKENS * widest.div_ceil(256) * 4) as u64
+}
+
+/// Whether the RMSNorm `ops[at]`, right after a one-token product of `producer` weights that
+/// adds into its input `residual`, can be done in that product's last workgroups
+/// ([`Kernel::MatVecInt1NormOut`]) with the fused QKV or gate/up product after it scaling its
+/// outputs by the norm (their `...Scaled` builds): the fast integer kernels, the next product's
+/// records rounded as the producer's build quantizes, whole blocks, a layout those builds have,
+/// a normalized f32 row that nothing reads, no other form of the norm asked for (the norm
+/// prologue, the persistent feed-forward half, chaining, the SwiGLU ticket form, which writes
+/// the spare records these leave). Not the CPU's bits: the records hold `x * weight` rounded
+/// before the scale, not after. `STRATA_VULKAN_NORM_EPILOGUE=1` turns it on (read at each
+/// recording, so that a test can compare both paths). Returns the norm's weight and eps.
+#[allow(clippy::too_many_arguments)]
+fn norm_epilogue(ctx: &VulkanContext, graph: &ForwardGraph, weights: &[Option<GpuWeight>], ops: &[Op], at: usize, n: usize, residual: BufId, producer: WeightFormat, chained: bool) -> Option<(u64, f32)> {
+    if std::env::var("STRATA_VULKAN_NORM_EPILOGUE").as_deref() != Ok("1") || n != 1 || ctx.exact || chained || !ctx.info.subgroup_quads {
+        return None;
+    }
+    if std::env::var("STRATA_VULKAN_FUSE_SWIGLU_PRODUCT").as_deref() == Ok("1") {
+        return None;
+    }
+    let Some(Op::RmsNorm { input, weight, out }) = ops.get(at) else { return None };
+    let Some(Op::MatMul { input: product_input, outputs }) = ops.get(at + 1) else { return None };
+    let width = graph.buffer(*input).width;
+    let rounding = one_int_rounding(weights, outputs)?;
+    let block = if rounding == ActRounding::Q8_K { 256 } else { 32 };
+    if *input != residual || product_input != out || Some(rounding) != ActRounding::for_format(producer) || !width.is_multiple_of(block) || product_layout(ctx, width) == ProductLayout::Lanes32 {
+        return None;
+    }
+    if persistent_ffn(ctx, graph, weights, ops, at, n).is_some() || norm_prologue_fits(ctx, graph, weights, ops, at, n) || read_before_written(&ops[at + 2..], *out) {
+        return None;
+    }
+    let fused = fused_qkv_rope(ctx, graph, weights, ops, at + 1, n).is_some() || fused_swiglu(ctx, weights, ops, at + 1, n).is_some();
+    let w = weights[weight.0 as usize]?;
+    fused.then_some((w.address, graph.hparams.rms_eps))
 }
 
 /// Whether `ops[at]` (a [`Op::MatMul`]) is a layer's gate and up projections for one token,
@@ -1466,6 +1552,15 @@ fn norm_prologue_fits(ctx: &VulkanContext, graph: &ForwardGraph, weights: &[Opti
 /// shared memory of those builds (the record copy, the reductions, the partial sums).
 const NORM_PROLOGUE_MAX_ROW: usize = 8192;
 const NORM_PROLOGUE_SHARED_BYTES: u32 = (NORM_PROLOGUE_MAX_ROW / 8 * 8 + NORM_PROLOGUE_MAX_ROW / 32 * 8 + 128 * 4 + 128 * 4 * 4 + 32 * 8) as u32;
+
+/// RMSNorms recorded in the product before them ([`Kernel::MatVecInt1NormOut`]) in this process.
+static NORM_EPILOGUES_RECORDED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many RMSNorms this process has recorded in the residual-adding product before them
+/// (`STRATA_VULKAN_NORM_EPILOGUE=1`): for tests that must know the path was taken.
+pub fn norm_epilogues_recorded() -> u64 {
+    NORM_EPILOGUES_RECORDED.load(std::sync::atomic::Ordering::Relaxed)
+}
 
 /// Feed-forward halves recorded as one dispatch ([`Kernel::FfnPersistent`]) in this process.
 static PERSISTENT_FFN_RECORDED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);

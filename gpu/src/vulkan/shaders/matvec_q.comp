@@ -54,6 +54,9 @@ layout(push_constant) uniform Push {
 #if defined(NORM_PROLOGUE)
     uint64_t norm_w;
 #endif
+#if defined(NORM_SCALE)
+    uint64_t norm_partials;
+#endif
     uint cols;
     uint meta_offset;
     // 0: Q, 1: K, 2: V (stored, not rotated).
@@ -92,6 +95,9 @@ layout(push_constant) uniform Push {
 #if defined(NORM_PROLOGUE)
     uint64_t norm_w;
 #endif
+#if defined(NORM_SCALE)
+    uint64_t norm_partials;
+#endif
     uint cols;
     uint meta_offset;
     uint rows;
@@ -111,6 +117,15 @@ layout(push_constant) uniform Push {
     uint64_t x;
     uint64_t out_;
     uint64_t bias;
+#if defined(NORM_EPILOGUE)
+    // The RMSNorm after the residual add (NORM_EPILOGUE below): its weight, where its 8-bit
+    // records go, one ticket counter per chunk of 256 rows (zero between uses), and the norm's
+    // partials: (eps, then each chunk's sum of squares).
+    uint64_t norm_w;
+    uint64_t records;
+    uint64_t counters;
+    uint64_t norm_partials;
+#endif
     uint rows;
     uint cols;
     uint n_tokens;
@@ -120,6 +135,10 @@ layout(push_constant) uniform Push {
     uint meta_offset;
     // Nonzero: add the product into `out_` (the residual stream) instead of writing it.
     uint accumulate;
+#if defined(NORM_EPILOGUE)
+    uint records_meta_offset;
+    float eps;
+#endif
 #if defined(CHAINED)
     uint chain_expect;
     uint64_t chain;
@@ -173,11 +192,10 @@ layout(buffer_reference, std430, buffer_reference_align = 16) buffer Vec4s { vec
 #endif
 #define QL_BLOCKS (WG * 8 / 32)
 #include "quantize_lanes.glsl"
-shared uint ticket;
 #else
 #define W_OF(r) pc.w
 #define AUX_OF(r) pc.aux
-#if defined(NORM_PROLOGUE)
+#if defined(NORM_PROLOGUE) || defined(NORM_EPILOGUE)
 #if defined(ACT_Q8_K)
 #define SEG 256
 #else
@@ -186,6 +204,32 @@ shared uint ticket;
 #define QL_BLOCKS (WG * 8 / 32)
 #include "quantize_lanes.glsl"
 #endif
+#if defined(NORM_EPILOGUE)
+#if NT != 1 || defined(QKV_ROPE)
+#error "the norm epilogue is built for the plain one-token product"
+#endif
+shared float ne_squares[32];
+#endif
+#endif
+
+#if (defined(SWIGLU_PAIR) && !defined(NO_TICKET)) || defined(NORM_EPILOGUE)
+shared uint chunk_ticket;
+// The ticket epilogues' count (every invocation calls it, after its own writes and their
+// fence): adds the workgroup's `valid` outputs to its chunk's counter and returns whether they
+// completed the chunk of 256 (of fewer at the end of `rows`); the chunk's other outputs are
+// then written, and this workgroup is the one to reset the counter.
+bool completes_chunk(uint chunk, uint valid, uint rows, uint64_t counters) {
+    barrier();
+    if (gl_LocalInvocationID.x == 0) {
+        chunk_ticket = atomicAdd(U32sC(counters).v[chunk], valid);
+    }
+    barrier();
+    bool last = chunk_ticket + valid == min(256u, rows - chunk * 256);
+    if (last) {
+        memoryBarrierBuffer();
+    }
+    return last;
+}
 #endif
 
 #if defined(NORM_PROLOGUE)
@@ -250,6 +294,36 @@ void norm_prologue() {
 #endif
 
 #define PC(name) pc.name
+
+#if defined(NORM_SCALE)
+// The RMSNorm scale 1 / sqrt(mean(x^2) + eps) of the row this product's records hold: the
+// product before it (a NORM_EPILOGUE build) quantized x * weight, which the scale does not
+// change but for rounding, and left eps and each chunk's sum of squares; the outputs are
+// multiplied by the scale instead. The lane's share of the sums is loaded before the product
+// (norm_sums_load) and added after it (norm_scale_of), so that the load's latency hides behind
+// the weights'; every subgroup adds the chunks in the same order.
+#if !defined(QKV_ROPE) && !defined(SWIGLU_PAIR)
+#error "the scaled builds are the fused QKV and gate/up products"
+#endif
+// (The lane's share of the chunks' sums, and eps.)
+vec2 norm_sums_load() {
+    F32s p = F32s(pc.norm_partials);
+    uint n_chunks = (pc.cols + 255) / 256;
+    float s = 0.0;
+    for (uint i = gl_SubgroupInvocationID; i < n_chunks; i += gl_SubgroupSize) {
+        s += p.v[1 + i];
+    }
+    return vec2(s, p.v[0]);
+}
+
+float norm_scale_of(vec2 lane_sums) {
+    float s = subgroupAdd(lane_sums.x);
+    float mean = s / float(pc.cols);
+    precise float m_eps = mean + lane_sums.y;
+    return div_rn(1.0, sqrt_rn(m_eps));
+}
+#endif
+
 #define UNITS_FN units_of
 #define UNITS_PARTIALS partials
 #include "matvec_q_units.glsl"

@@ -51,6 +51,9 @@ void UNITS_FN(uint wg) {
     uint x_stride = PC(x_stride);
 #endif
     uint n_items = PC(cols) / 32;
+#if defined(NORM_SCALE)
+    vec2 norm_sums = norm_sums_load();
+#endif
     float acc[ROWS][NT];
     [[unroll]] for (uint r = 0; r < ROWS; r++) {
         [[unroll]] for (uint t = 0; t < NT; t++) {
@@ -84,6 +87,14 @@ void UNITS_FN(uint wg) {
     }
 #else
     uint item = lane;
+    // The weight row of the unit's row r.
+#if defined(QKV_ROPE)
+#define UNIT_ROW(r) pair[r]
+#elif defined(SWIGLU_PAIR)
+#define UNIT_ROW(r) min(out_row + (r) / 2, PC(rows) - 1)
+#else
+#define UNIT_ROW(r) min(row0 + (r), PC(rows) - 1)
+#endif
 #if defined(UNROLL2)
 #if NT != 1 || defined(QKV_ROPE) || defined(SWIGLU_PAIR)
 #error "UNROLL2 builds are the plain one-token kernel"
@@ -100,7 +111,7 @@ void UNITS_FN(uint wg) {
         load_x(rec, PC(meta_offset), item, xa, ma);
         load_x(rec, PC(meta_offset), item + TPR, xb, mb);
         [[unroll]] for (uint r = 0; r < ROWS; r++) {
-            uint row = min(row0 + r, PC(rows) - 1);
+            uint row = UNIT_ROW(r);
             uint wa[8];
             uint wb[8];
             vec2 sa;
@@ -122,13 +133,7 @@ void UNITS_FN(uint wg) {
             load_x(rec, PC(meta_offset), item, xq[t], meta[t]);
         }
         [[unroll]] for (uint r = 0; r < ROWS; r++) {
-#if defined(QKV_ROPE)
-            uint row = pair[r];
-#elif defined(SWIGLU_PAIR)
-            uint row = min(out_row + r / 2, PC(rows) - 1);
-#else
-            uint row = min(row0 + r, PC(rows) - 1);
-#endif
+            uint row = UNIT_ROW(r);
             uint wq[8];
             vec2 ws;
             ivec4 wsc;
@@ -138,6 +143,10 @@ void UNITS_FN(uint wg) {
             }
         }
     }
+#undef UNIT_ROW
+#endif
+#if defined(NORM_SCALE)
+    float norm_scale = norm_scale_of(norm_sums);
 #endif
     [[unroll]] for (uint r = 0; r < ROWS; r++) {
         [[unroll]] for (uint t = 0; t < NT; t++) {
@@ -160,6 +169,9 @@ void UNITS_FN(uint wg) {
                 s += UNITS_PARTIALS[sg][r];
             }
             float b = PC(bias) != 0 ? F32s(PC(bias)).v[pair[r]] : 0.0;
+#if defined(NORM_SCALE)
+            s *= norm_scale;
+#endif
             v[r] = s + b;
         }
         uint pos = U32s(PC(positions)).v[0];
@@ -192,6 +204,9 @@ void UNITS_FN(uint wg) {
                 for (uint sg = sg_first; sg < sg_end; sg++) {
                     s += UNITS_PARTIALS[sg][2 * p + r];
                 }
+#if defined(NORM_SCALE)
+                s *= norm_scale;
+#endif
                 gu[r] = s;
             }
             if (unit_valid && out_row + p < PC(rows)) {
@@ -206,19 +221,11 @@ void UNITS_FN(uint wg) {
     // (NO_TICKET builds, the default, stop at the f32 output; the quantization then runs as a
     // dispatch of its own: the fence and ticket per workgroup cost more than that dispatch.)
     // A workgroup's units lie in one chunk (GROUPS divides 256); it counts the valid ones.
-    barrier();
     uint first = wg * GROUPS;
     uint chunk = first / 256;
-    uint valid = min(first + GROUPS, PC(rows)) - first;
-    if (tid == 0) {
-        ticket = atomicAdd(U32sC(PC(counters)).v[chunk], valid);
-    }
-    barrier();
-    if (ticket + valid != min(256u, PC(rows) - chunk * 256)) {
+    if (!completes_chunk(chunk, min(first + GROUPS, PC(rows)) - first, PC(rows), PC(counters))) {
         return;
     }
-    // The chunk's last workgroup: every other one's output is written.
-    memoryBarrierBuffer();
     // The chunk's 256 outputs are the first 32 slots' (the others hold zeros and write nothing).
     uint slot = ql_slot();
     uint e0 = slot < 32 ? chunk * 256 + 8 * slot : PC(rows);
@@ -244,8 +251,54 @@ void UNITS_FN(uint wg) {
             uint at = token * PC(out_stride) + row;
             // As the CPU: the projection (with its bias), then the residual add.
             float r = s + b;
+#if defined(NORM_EPILOGUE)
+            F32sC(PC(out_)).v[at] = PC(accumulate) != 0 ? IN_F32S(PC(out_)).v[at] + r : r;
+            memoryBarrierBuffer();
+#else
             F32s(PC(out_)).v[at] = PC(accumulate) != 0 ? IN_F32S(PC(out_)).v[at] + r : r;
+#endif
         }
     }
+#if defined(NORM_EPILOGUE)
+    // The RMSNorm of the row this product completes, without a stage of its own: the last
+    // workgroup to finish a chunk of 256 rows (its ticket) quantizes the chunk's x * weight for
+    // the next product (quantize_lanes.glsl; the norm's scale, which the quantization does not
+    // change but for rounding, multiplies that product's outputs: its NORM_SCALE build) and
+    // leaves the chunk's sum of squares. A workgroup's rows lie in one chunk (GROUPS * ROWS
+    // divides 256).
+    uint first = wg * GROUPS * ROWS;
+    uint chunk = first / 256;
+    if (!completes_chunk(chunk, min(first + GROUPS * ROWS, PC(rows)) - first, PC(rows), PC(counters))) {
+        return;
+    }
+    // The chunk's 256 rows are the first 32 slots' (the others hold zeros and write nothing).
+    uint slot = ql_slot();
+    uint e0 = slot < 32 ? chunk * 256 + 8 * slot : PC(rows);
+    float vs[8];
+    float squares = 0.0;
+    [[unroll]] for (uint k = 0; k < 8; k++) {
+        float x = e0 + k < PC(rows) ? F32sC(PC(out_)).v[e0 + k] : 0.0;
+        float g = e0 + k < PC(rows) ? F32s(PC(norm_w)).v[e0 + k] : 0.0;
+        squares += x * x;
+        vs[k] = x * g;
+    }
+    ql_quantize(vs, slot, e0, PC(rows), PC(records), PC(records_meta_offset));
+    if (slot < 32) {
+        ne_squares[slot] = squares;
+    }
+    barrier();
+    if (tid == 0) {
+        float total = 0.0;
+        for (uint k = 0; k < 32; k++) {
+            total += ne_squares[k];
+        }
+        F32s p = F32s(PC(norm_partials));
+        p.v[1 + chunk] = total;
+        if (chunk == 0) {
+            p.v[0] = PC(eps);
+        }
+        U32sC(PC(counters)).v[chunk] = 0;
+    }
+#endif
 #endif
 }
