@@ -223,6 +223,43 @@ fn vulkan_fused_decode_stages_compute_the_unfused_bits() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A greedy decode step's argmax on the GPU (argmax.comp: the host reads back one token, not
+/// the logits) is the host's argmax of the same step's logits: 40 tokens generated greedily
+/// after an 8-token prompt, each against the argmax of the teacher-forced logits of the same
+/// one-token steps. The default model (a vocabulary of 12 passes of the workgroup's four loads
+/// of 1,024), Qwen2's graph with 1,024 (no whole pass) and with 5,000 (a pass and a rest).
+#[test]
+fn vulkan_greedy_steps_pick_the_argmax_of_their_logits() {
+    let Some(i) = vulkan_index() else { return };
+    let dir = std::env::temp_dir().join(format!("strata-vulkan-argmax-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let vocab_5000 = {
+        use strata_model::synth::{shape_by_name, write_synthetic_model, SynthOptions};
+        let mut shape = shape_by_name("tiny-qwen2").expect("known shape");
+        shape.vocab_size = 5000;
+        let path = dir.join("tiny-qwen2-vocab-5000.gguf");
+        write_synthetic_model(&path, &SynthOptions { shape, ty: strata_quant::GgmlType::Q4_K, seed: 13, threads: 2 }, &mut |_, _| {}).expect("synthetic model");
+        Arc::new(LoadedModel::load(&path).expect("the synthetic model loads"))
+    };
+    let models = [
+        ("default", Arc::new(LoadedModel::load(&common::default_model()).expect("the default model loads"))),
+        ("tiny-qwen2", synthetic_model(&dir, "tiny-qwen2", strata_quant::GgmlType::Q4_K, 11)),
+        ("tiny-qwen2, vocabulary 5,000", vocab_5000),
+    ];
+    for (name, model) in models {
+        let vocab = model.hparams.vocab_size;
+        let prompt: Vec<u32> = (0..8u32).map(|i| (i * 7919 + 13) % vocab as u32).collect();
+        let mut engine = engine_with_ubatch(&model, DeviceKind::Vulkan(i), DeviceKind::Vulkan(i), 1);
+        let generated = engine.generate_greedy(&prompt, 40).expect("greedy generation");
+        let logits = engine.teacher_forced_logits_decoding(&prompt, &generated).expect("teacher-forced logits");
+        let want: Vec<u32> = (0..generated.len()).map(|k| argmax(&logits[(prompt.len() - 1 + k) * vocab..(prompt.len() + k) * vocab])).collect();
+        let distinct = generated.iter().collect::<std::collections::HashSet<_>>().len();
+        eprintln!("{name} (vocabulary {vocab}): {distinct} distinct tokens of {}", generated.len());
+        assert_eq!(generated, want, "{name}: the GPU's argmax differs from the host's over the same logits");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A process-wide count of a switched path's recordings, and how much one model's run of so many
 /// layers must add to it at least.
 type RecordedAtLeast = (fn() -> u64, fn(u64) -> u64);

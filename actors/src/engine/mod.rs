@@ -164,6 +164,28 @@ pub enum Flow {
     Cancel,
 }
 
+/// Where a benchmark's greedy decode steps spent their time on the host (reported with
+/// `STRATA_VULKAN_PROFILE`): reserving the token's KV cell, the device's forward pass, the
+/// argmax, committing the token.
+#[derive(Default)]
+struct DecodePhases {
+    total: [std::time::Duration; 4],
+}
+
+impl DecodePhases {
+    fn add(&mut self, phases: [std::time::Duration; 4]) {
+        for (t, p) in self.total.iter_mut().zip(phases) {
+            *t += p;
+        }
+    }
+
+    fn report(&self, steps: usize) {
+        let us = |d: std::time::Duration| d.as_secs_f64() * 1e6 / steps as f64;
+        let [reserve, forward, argmax, commit] = self.total;
+        eprintln!("engine, greedy decode steps: {steps}; us a step: reserve {:.1}, forward {:.1}, argmax {:.1}, commit {:.1}", us(reserve), us(forward), us(argmax), us(commit));
+    }
+}
+
 /// A loaded model on a device, with its KV arena (memory here, bookkeeping in the KV broker).
 pub struct Engine {
     model: Arc<LoadedModel>,
@@ -370,6 +392,25 @@ impl Engine {
         s
     }
 
+    /// One greedy decode step of `seq` after `token`: its most likely next token, from the
+    /// device's argmax (a GPU reads back only the token). Adds each phase's time to `phases`.
+    fn decode_greedy(&mut self, seq: SeqId, token: u32, phases: &mut DecodePhases) -> Result<u32, EngineError> {
+        let vocab = self.model.hparams.vocab_size;
+        let t0 = Instant::now();
+        let r = self.kv.reserve_batch(vec![(seq, 1)])?.pop().ok_or(BrokerError::Gone)??;
+        let positions = [r.start_pos as u32];
+        let tables = [r.table.as_slice()];
+        let batch = StepBatch { tokens: &[token], positions: &positions, seq_of_token: &[0], block_tables: &tables, output_rows: &[0] };
+        let t1 = Instant::now();
+        let next = self.plan_for(true, 1).forward_argmax(&batch, vocab)?;
+        let t2 = Instant::now();
+        let next = next.first().copied().ok_or_else(|| EngineError::Device(DeviceError::BadBatch("a greedy step returned no token".into())))?;
+        let t3 = Instant::now();
+        self.kv.commit_batch(vec![(seq, vec![token])])?;
+        phases.add([t1 - t0, t2 - t1, t3 - t2, t3.elapsed()]);
+        Ok(next)
+    }
+
     /// Runs one sequence's `tokens` in ubatch-sized steps; returns the last token's logits, or
     /// every token's when `all_logits`.
     /// `decode`: the tokens are generated ones (they run on the decode device); prompt tokens run
@@ -521,15 +562,45 @@ impl Engine {
         self.kv.start(seq, &[], Owner::Prefill)?;
         let result = (|| {
             let t0 = Instant::now();
-            let mut logits = if prompt.len() > 1 || n_gen == 0 { self.run_tokens(seq, prompt, false, false)? } else { Vec::new() };
+            let logits = if prompt.len() > 1 || n_gen == 0 { self.run_tokens(seq, prompt, false, false)? } else { Vec::new() };
             let prefill_ms = t0.elapsed().as_secs_f64() * 1e3;
             let t1 = Instant::now();
             let mut tok = if logits.is_empty() { prompt[0] } else { strata_model::sampling::argmax(&logits) };
+            let mut phases = DecodePhases::default();
             for _ in 0..n_gen {
-                logits = self.run_tokens(seq, &[tok], false, true)?;
-                tok = strata_model::sampling::argmax(&logits);
+                tok = self.decode_greedy(seq, tok, &mut phases)?;
             }
-            Ok((prefill_ms, t1.elapsed().as_secs_f64() * 1e3))
+            let decode_ms = t1.elapsed().as_secs_f64() * 1e3;
+            if n_gen > 0 && std::env::var_os("STRATA_VULKAN_PROFILE").is_some() {
+                phases.report(n_gen);
+            }
+            Ok((prefill_ms, decode_ms))
+        })();
+        self.kv.end(seq, false)?;
+        result
+    }
+
+    /// Greedy generation of `n_gen` tokens after `prompt` (prefilled in steps of the ubatch, then
+    /// one decode step a token, each token the device's argmax), without the prefix cache.
+    ///
+    /// # Errors
+    /// As [`Engine::generate`].
+    pub fn generate_greedy(&mut self, prompt: &[u32], n_gen: usize) -> Result<Vec<u32>, EngineError> {
+        self.check_prompt(prompt)?;
+        let seq = self.new_seq();
+        self.kv.start(seq, &[], Owner::Prefill)?;
+        let result = (|| {
+            let logits = self.run_tokens(seq, prompt, false, false)?;
+            let mut tok = strata_model::sampling::argmax(&logits);
+            let mut out = Vec::with_capacity(n_gen);
+            let mut phases = DecodePhases::default();
+            for i in 0..n_gen {
+                out.push(tok);
+                if i + 1 < n_gen {
+                    tok = self.decode_greedy(seq, tok, &mut phases)?;
+                }
+            }
+            Ok(out)
         })();
         self.kv.end(seq, false)?;
         result

@@ -107,6 +107,8 @@ pub enum Kernel {
     SwiGlu,
     Add,
     SelectRows,
+    /// Each logits row's first largest position (a greedy step's token, argmax.comp).
+    Argmax,
     ReadBandwidth,
     /// Reads weight ranges into the L2 cache beside a latency-bound stage (prefetch_l2.comp).
     PrefetchL2,
@@ -477,6 +479,7 @@ impl Kernel {
             Kernel::SwiGlu => spv!("swiglu"),
             Kernel::Add => spv!("add"),
             Kernel::SelectRows => spv!("select_rows"),
+            Kernel::Argmax => spv!("argmax"),
             Kernel::ReadBandwidth => spv!("read_bandwidth"),
             Kernel::PrefetchL2 => spv!("prefetch_l2"),
             Kernel::StageChain => spv!("stage_chain"),

@@ -399,7 +399,7 @@ pub struct VulkanPlan {
     give_ups_seen: u32,
     /// Chained stages (shaders/chain.glsl) of each recorded step shape: the workgroups each
     /// word counts by the step's end (word 0 none); empty for none. Its readback holds them.
-    chain_words: HashMap<(usize, usize), Vec<u32>>,
+    chain_words: HashMap<(usize, usize, bool), Vec<u32>>,
     ctx: Arc<VulkanContext>,
 }
 
@@ -409,7 +409,8 @@ struct CommandCache {
     ctx: Arc<VulkanContext>,
     pool: vk::CommandPool,
     timeline: Timeline,
-    recorded: HashMap<(usize, usize), vk::CommandBuffer>,
+    /// (tokens, outputs, whether the step ends in the GPU's argmax) -> its command buffer.
+    recorded: HashMap<(usize, usize, bool), vk::CommandBuffer>,
 }
 
 impl CommandCache {
@@ -790,8 +791,8 @@ impl VulkanPlan {
         Ok(())
     }
 
-    fn record(&mut self, n: usize, n_out: usize) -> Result<vk::CommandBuffer, DeviceError> {
-        if let Some(&cb) = self.commands.recorded.get(&(n, n_out)) {
+    fn record(&mut self, n: usize, n_out: usize, argmax: bool) -> Result<vk::CommandBuffer, DeviceError> {
+        if let Some(&cb) = self.commands.recorded.get(&(n, n_out, argmax)) {
             return Ok(cb);
         }
         let name = self.ctx.name();
@@ -806,9 +807,9 @@ impl VulkanPlan {
         // SAFETY: a fresh command buffer.
         unsafe { self.ctx.device.begin_command_buffer(cb, &vk::CommandBufferBeginInfo::default()) }.map_err(|e| vk_error(&name, "vkBeginCommandBuffer", e))?;
         let ops = std::mem::take(&mut self.graph.ops);
-        let result = self.record_ops(cb, &ops, n, n_out).map(|(grid, chain_words)| {
+        let result = self.record_ops(cb, &ops, n, n_out, argmax).map(|(grid, chain_words)| {
             self.grid_barriers |= grid;
-            self.chain_words.insert((n, n_out), chain_words);
+            self.chain_words.insert((n, n_out, argmax), chain_words);
         });
         self.graph.ops = ops;
         // SAFETY: recording began above.
@@ -818,13 +819,15 @@ impl VulkanPlan {
             unsafe { self.ctx.device.free_command_buffers(self.commands.pool, &[cb]) };
             return Err(e);
         }
-        self.commands.recorded.insert((n, n_out), cb);
+        self.commands.recorded.insert((n, n_out, argmax), cb);
         Ok(cb)
     }
 
     /// Records the step's ops into `cb`; returns whether it has grid barriers and how many
     /// chained stages' words it reads back.
-    fn record_ops(&mut self, cb: vk::CommandBuffer, ops: &[Op], n: usize, n_out: usize) -> Result<(bool, Vec<u32>), DeviceError> {
+    /// With `argmax`, the step ends in each output row's argmax on the GPU (argmax.comp), and
+    /// only those tokens are read back (at the readback's start), not the logits.
+    fn record_ops(&mut self, cb: vk::CommandBuffer, ops: &[Op], n: usize, n_out: usize, argmax: bool) -> Result<(bool, Vec<u32>), DeviceError> {
         let hp = self.graph.hparams.clone();
         let pl = self.param_layout;
         let (p_tokens, p_pos, p_seq, p_rows, p_toff, p_tables, p_header) =
@@ -1340,6 +1343,14 @@ impl VulkanPlan {
         let logits = &bufs[graph.logits.0 as usize];
         let bytes = (n_out * hp.vocab_size * 4) as u64;
         let mut copies = vec![(self.arena.buffer(logits), logits.offset, 0, bytes)];
+        if argmax {
+            let tokens_offset = argmax_offset(graph);
+            let push = Push::new().addr(logits.address).addr(counters.address + tokens_offset).u32(hp.vocab_size as u32);
+            rec.barrier();
+            rec.dispatch(Kernel::Argmax, &push, [n_out as u32, 1, 1])?;
+            rec.barrier();
+            copies[0] = (counters_buffer, counters.offset + tokens_offset, 0, (n_out * 4) as u64);
+        }
         if grid_barriers {
             // The give-up count, after the largest step's logits.
             let give_ups = grid_sync + 8 - counters.address;
@@ -1416,10 +1427,16 @@ fn record_prefetch(rec: &mut Recorder<'_>, weights: &[Option<GpuWeight>], ops: &
 
 /// Bytes of the fused epilogues' counters: one u32 per chunk of 256 outputs of the widest
 /// activation row, for each token of a decode-sized step.
-/// Then the norm epilogue's partials (eps and a sum of squares per chunk of 256 of a row).
+/// Then the norm epilogue's partials (eps and a sum of squares per chunk of 256 of a row), then
+/// the tokens of a greedy step's argmax (one per output row, up to [`INT_MAX_TOKENS`]).
 fn counter_bytes(graph: &ForwardGraph) -> u64 {
+    (argmax_offset(graph) + INT_MAX_TOKENS as u64 * 4).next_multiple_of(16)
+}
+
+/// Where [`counter_bytes`]'s argmax tokens start.
+fn argmax_offset(graph: &ForwardGraph) -> u64 {
     let widest = graph.buffers.iter().map(|b| b.width).max().unwrap_or(0);
-    (norm_partials_offset(graph) + (widest.div_ceil(256) as u64 + 1) * 4).next_multiple_of(16)
+    norm_partials_offset(graph) + (widest.div_ceil(256) as u64 + 1) * 4
 }
 
 /// Where [`counter_bytes`]'s norm partials start.
@@ -1986,8 +2003,10 @@ fn bytemuck_words(bytes: &mut [u8]) -> &mut [u32] {
     words
 }
 
-impl ForwardPlan for VulkanPlan {
-    fn forward(&mut self, b: &StepBatch<'_>) -> Result<&[f32], DeviceError> {
+impl VulkanPlan {
+    /// Runs one step (its logits, or with `argmax` only their argmax tokens, then in the
+    /// readback buffer) and checks what the step's opt-in forms report.
+    fn run_step(&mut self, b: &StepBatch<'_>, argmax: bool) -> Result<(), DeviceError> {
         let limits = BatchLimits {
             max_tokens: self.opts.max_batch_tokens,
             max_outputs: self.opts.max_outputs,
@@ -1999,7 +2018,7 @@ impl ForwardPlan for VulkanPlan {
         let started = std::time::Instant::now();
         self.write_params(b)?;
         let (n, n_out) = (b.len(), b.output_rows.len());
-        let cb = self.record(n, n_out)?;
+        let cb = self.record(n, n_out, argmax)?;
         let submitted = std::time::Instant::now();
         self.commands.timeline.submit_and_wait(cb)?;
         let waited_ns = submitted.elapsed().as_nanos() as f64;
@@ -2022,7 +2041,7 @@ impl ForwardPlan for VulkanPlan {
                 ));
             }
         }
-        if let Some(counts) = self.chain_words.get(&(n, n_out)).filter(|c| !c.is_empty()) {
+        if let Some(counts) = self.chain_words.get(&(n, n_out, argmax)).filter(|c| !c.is_empty()) {
             // Every chained stage counted each of its workgroups, and no wait gave up.
             let at = self.opts.max_outputs * vocab * 4 + 4;
             let words = bytes.get(at..at + 4 * counts.len() * CHAIN_LINES as usize).unwrap_or_default();
@@ -2041,6 +2060,16 @@ impl ForwardPlan for VulkanPlan {
                 }
             }
         }
+        Ok(())
+    }
+}
+
+impl ForwardPlan for VulkanPlan {
+    fn forward(&mut self, b: &StepBatch<'_>) -> Result<&[f32], DeviceError> {
+        self.run_step(b, false)?;
+        let vocab = self.graph.hparams.vocab_size;
+        let n_out = b.output_rows.len();
+        let bytes = self.readback.mapped().ok_or_else(|| unsupported(&self.ctx, "the readback buffer is not mapped".into()))?;
         let bytes = &bytes[..n_out * vocab * 4];
         // The logits are read where the GPU wrote them (host-coherent memory, mapped at an
         // alignment of at least 64 bytes) instead of converted into a vector of their own: a
@@ -2056,6 +2085,23 @@ impl ForwardPlan for VulkanPlan {
         self.logits.clear();
         self.logits.extend(bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])));
         Ok(&self.logits)
+    }
+
+    /// The argmax on the GPU: the host then reads a token a row instead of the row's logits
+    /// (the H200 host took ~125-150 us a token to read a 152k vocabulary's logits back from
+    /// mapped memory, ~6% of a 7B decode step).
+    fn forward_argmax(&mut self, b: &StepBatch<'_>, vocab_size: usize) -> Result<Vec<u32>, DeviceError> {
+        let n_out = b.output_rows.len();
+        static ON_HOST: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        // `STRATA_VULKAN_ARGMAX=host`: the logits read back and their argmax taken on the host
+        // (for comparison).
+        let on_host = *ON_HOST.get_or_init(|| std::env::var("STRATA_VULKAN_ARGMAX").as_deref() == Ok("host"));
+        if on_host || n_out > INT_MAX_TOKENS || vocab_size != self.graph.hparams.vocab_size || self.ctx.info.max_workgroup_invocations < 1024 {
+            return Ok(self.forward(b)?.chunks(vocab_size.max(1)).map(strata_model::sampling::argmax).collect());
+        }
+        self.run_step(b, true)?;
+        let bytes = self.readback.mapped().ok_or_else(|| unsupported(&self.ctx, "the readback buffer is not mapped".into()))?;
+        Ok(bytes[..n_out * 4].chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
     }
 
     fn device_name(&self) -> String {
