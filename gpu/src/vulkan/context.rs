@@ -29,6 +29,10 @@ pub struct DeviceInfo {
     pub device_type: String,
     /// (bytes, device-local) of each memory heap.
     pub heaps: Vec<(u64, bool)>,
+    /// (heap, property flags) of each memory type, in the driver's order (the first type that
+    /// has the flags a buffer asks for is the one it gets: the logits readback asks for
+    /// host-visible, coherent and cached memory).
+    pub memory_types: Vec<(u32, vk::MemoryPropertyFlags)>,
     /// The optional extensions strata-rt uses, and whether the device has each.
     pub extensions: Vec<(String, bool)>,
     pub subgroup_size: u32,
@@ -73,6 +77,8 @@ impl std::fmt::Display for DeviceInfo {
         for (i, (bytes, local)) in self.heaps.iter().enumerate() {
             writeln!(f, "  heap {i}: {:.1} GiB{}", *bytes as f64 / (1u64 << 30) as f64, if *local { " device-local" } else { "" })?;
         }
+        let types: Vec<String> = self.memory_types.iter().enumerate().map(|(i, (heap, flags))| format!("{i} (heap {heap}: {})", memory_flags(*flags))).collect();
+        writeln!(f, "  memory types: {}", types.join(", "))?;
         writeln!(f, "  subgroup size {}, max allocation {} MiB, max storage range {} MiB, shared memory {} KiB", self.subgroup_size, self.max_allocation_bytes >> 20, self.max_storage_buffer_range >> 20, self.max_shared_memory_bytes >> 10)?;
         let ext: Vec<String> = self.extensions.iter().map(|(n, on)| format!("{n}: {}", if *on { "yes" } else { "no" })).collect();
         writeln!(f, "  {}", ext.join(", "))?;
@@ -80,6 +86,20 @@ impl std::fmt::Display for DeviceInfo {
         let yes = |b: bool| if b { "yes" } else { "no" };
         write!(f, "  exact mode: {} (integer dot products {}, shaderFloat64 {})", yes(self.integer_dot_product && self.shader_float64), yes(self.integer_dot_product), yes(self.shader_float64))
     }
+}
+
+/// A memory type's property flags in words (`device-local host-visible coherent cached`).
+fn memory_flags(flags: vk::MemoryPropertyFlags) -> String {
+    let names = [
+        (vk::MemoryPropertyFlags::DEVICE_LOCAL, "device-local"),
+        (vk::MemoryPropertyFlags::HOST_VISIBLE, "host-visible"),
+        (vk::MemoryPropertyFlags::HOST_COHERENT, "coherent"),
+        (vk::MemoryPropertyFlags::HOST_CACHED, "cached"),
+        (vk::MemoryPropertyFlags::LAZILY_ALLOCATED, "lazily-allocated"),
+        (vk::MemoryPropertyFlags::PROTECTED, "protected"),
+    ];
+    let words: Vec<&str> = names.iter().filter(|(f, _)| flags.contains(*f)).map(|(_, n)| *n).collect();
+    if words.is_empty() { "no properties".to_string() } else { words.join(" ") }
 }
 
 /// Choices made when a device is opened.
@@ -188,6 +208,7 @@ fn describe(instance: &ash::Instance, index: u32, pd: vk::PhysicalDevice) -> Res
         api_version: (vk::api_version_major(api), vk::api_version_minor(api), vk::api_version_patch(api)),
         device_type: format!("{:?}", props.device_type).to_lowercase().replace('_', " "),
         heaps: mem.memory_heaps_as_slice().iter().map(|h| (h.size, h.flags.contains(vk::MemoryHeapFlags::DEVICE_LOCAL))).collect(),
+        memory_types: mem.memory_types_as_slice().iter().map(|t| (t.heap_index, t.property_flags)).collect(),
         extensions: OPTIONAL_EXTENSIONS.iter().map(|e| (e.to_string_lossy().into_owned(), has(e))).collect(),
         subgroup_size: v11.subgroup_size,
         max_allocation_bytes: maint3.max_memory_allocation_size,
