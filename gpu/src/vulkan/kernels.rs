@@ -416,7 +416,6 @@ impl Kernel {
             Kernel::MatVecInt1Unrolled(f, rows @ (2 | 4)) => Some(Kernel::MatVecInt1NormOut(f, rows, ProductLayout::Lanes128, true)),
             _ => None,
         }
-        .filter(|k| matches!(k, Kernel::MatVecInt1NormOut(f, ..) if f.has_int_kernel()))
     }
 
     /// The compiled SPIR-V of the build `v` selects.

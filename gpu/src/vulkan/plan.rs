@@ -1027,10 +1027,13 @@ impl VulkanPlan {
                             Some((x, _, _)) => x,
                             None => records_at.unwrap_or(rounded[ActRounding::for_format(g.layout.format).map_or(0, |r| r as usize)].address),
                         };
+                        // (`norm_epilogue` leaves no scaled input to the ticket form below.)
+                        let scaled = norm_scaled.take();
                         let push = Push::new().addr(g.address).addr(g.aux()).addr(u.address).addr(u.aux()).addr(x).addr(addr_of(act)).addr(rounded_alt.address).addr(counters.address);
-                        let push = match norm {
-                            Some((_, norm_w, _)) => push.addr(norm_w),
-                            None => push,
+                        let push = match (norm, scaled) {
+                            (Some((_, norm_w, _)), _) => push.addr(norm_w),
+                            (None, Some(partials)) => push.addr(partials),
+                            (None, None) => push,
                         };
                         let push = push.u32(g.cols as u32).u32(meta_offset as u32).u32(g.rows as u32).u32(out_meta_offset as u32);
                         skip_ops = 1;
@@ -1040,13 +1043,9 @@ impl VulkanPlan {
                             // a dispatch of its own (no tickets: faster on the H200).
                             let pairs = swiglu_pairs(g.layout.format);
                             let groups = g.rows.div_ceil(layout.groups() * pairs as usize);
-                            match (norm, norm_scaled.take()) {
+                            match (norm, scaled) {
                                 (Some((_, _, eps)), _) => rec.dispatch(Kernel::MatVecIntSwiGluF32Norm(g.layout.format, layout, pairs), &push.f32(eps), [groups.min(persistent_groups(ctx)) as u32, 1, 1])?,
-                                (None, Some(partials)) => {
-                                    let push = Push::new().addr(g.address).addr(g.aux()).addr(u.address).addr(u.aux()).addr(x).addr(addr_of(act)).addr(rounded_alt.address).addr(counters.address).addr(partials);
-                                    let push = push.u32(g.cols as u32).u32(meta_offset as u32).u32(g.rows as u32).u32(out_meta_offset as u32);
-                                    rec.dispatch(Kernel::MatVecIntSwiGluF32Scaled(g.layout.format, layout, pairs), &push, [groups as u32, 1, 1])?;
-                                }
+                                (None, Some(_)) => rec.dispatch(Kernel::MatVecIntSwiGluF32Scaled(g.layout.format, layout, pairs), &push, [groups as u32, 1, 1])?,
                                 (None, None) => chain.dispatch(&mut rec, Kernel::MatVecIntSwiGluF32(g.layout.format, layout, pairs), push, [groups as u32, 1, 1])?,
                             }
                             chain.end_stage(&mut rec);
@@ -1346,9 +1345,8 @@ impl VulkanPlan {
         if argmax {
             let tokens_offset = argmax_offset(graph);
             let push = Push::new().addr(logits.address).addr(counters.address + tokens_offset).u32(hp.vocab_size as u32);
-            rec.barrier();
+            // (Ordered after the logits by the last op's barrier, before the copy by copy_to_host's.)
             rec.dispatch(Kernel::Argmax, &push, [n_out as u32, 1, 1])?;
-            rec.barrier();
             copies[0] = (counters_buffer, counters.offset + tokens_offset, 0, (n_out * 4) as u64);
         }
         if grid_barriers {
@@ -1426,23 +1424,26 @@ fn record_prefetch(rec: &mut Recorder<'_>, weights: &[Option<GpuWeight>], ops: &
 }
 
 /// Bytes of the fused epilogues' counters: one u32 per chunk of 256 outputs of the widest
-/// activation row, for each token of a decode-sized step.
-/// Then the norm epilogue's partials (eps and a sum of squares per chunk of 256 of a row), then
-/// the tokens of a greedy step's argmax (one per output row, up to [`INT_MAX_TOKENS`]).
+/// activation row, for each token of a decode-sized step; then the norm epilogue's partials
+/// (eps and a sum of squares per chunk of a row); then the tokens of a greedy step's argmax
+/// (one per output row, up to [`INT_MAX_TOKENS`]).
 fn counter_bytes(graph: &ForwardGraph) -> u64 {
     (argmax_offset(graph) + INT_MAX_TOKENS as u64 * 4).next_multiple_of(16)
 }
 
-/// Where [`counter_bytes`]'s argmax tokens start.
-fn argmax_offset(graph: &ForwardGraph) -> u64 {
-    let widest = graph.buffers.iter().map(|b| b.width).max().unwrap_or(0);
-    norm_partials_offset(graph) + (widest.div_ceil(256) as u64 + 1) * 4
+/// Chunks of 256 in the widest activation row.
+fn widest_chunks(graph: &ForwardGraph) -> u64 {
+    graph.buffers.iter().map(|b| b.width).max().unwrap_or(0).div_ceil(256) as u64
 }
 
 /// Where [`counter_bytes`]'s norm partials start.
 fn norm_partials_offset(graph: &ForwardGraph) -> u64 {
-    let widest = graph.buffers.iter().map(|b| b.width).max().unwrap_or(0);
-    (INT_MAX_TOKENS * widest.div_ceil(256) * 4) as u64
+    INT_MAX_TOKENS as u64 * widest_chunks(graph) * 4
+}
+
+/// Where [`counter_bytes`]'s argmax tokens start.
+fn argmax_offset(graph: &ForwardGraph) -> u64 {
+    norm_partials_offset(graph) + (widest_chunks(graph) + 1) * 4
 }
 
 /// Whether the RMSNorm `ops[at]`, right after a one-token product of `producer` weights that
