@@ -260,6 +260,65 @@ fn vulkan_greedy_steps_pick_the_argmax_of_their_logits() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Batched engine steps whose entries want only a token (the scheduler's greedy requests) get
+/// the argmax of the logits the same entries get when they want logits: four sequences of
+/// different prompts decoded together 12 steps, each fed its own previous token, with every
+/// entry wanting a token (the GPU's argmax of four rows), every entry wanting logits (the host's
+/// argmax of them), and the two mixed in one step (logits copied for some rows, the argmax
+/// taken on the host for the others). A sequence's rows do not depend on its batch, so the
+/// three runs must generate the same tokens.
+#[test]
+fn vulkan_step_entries_wanting_a_token_get_the_argmax_of_their_logits() {
+    use strata_actors::{RowOutput, SeqStep, StepOutput, StepStatus};
+    let Some(i) = vulkan_index() else { return };
+    let model = Arc::new(LoadedModel::load(&common::default_model()).expect("the default model loads"));
+    let vocab = model.hparams.vocab_size;
+    let prompts: Vec<Vec<u32>> = (0..4u32).map(|s| (0..6 + s).map(|k| (k * 7919 + 13 + 101 * s) % vocab as u32).collect()).collect();
+    let run = |wants: [StepOutput; 4]| -> Vec<Vec<u32>> {
+        let mut engine = engine(&model, DeviceKind::Vulkan(i), DeviceKind::Vulkan(i));
+        let seqs: Vec<u64> = (0..4).collect();
+        let mut next = Vec::new();
+        for (&seq, prompt) in seqs.iter().zip(&prompts) {
+            let reused = engine.start_sequence(seq, prompt).expect("start");
+            let out = engine.step(&[SeqStep { seq, tokens: &prompt[reused..], output: StepOutput::Logits, decode: false }]).expect("prefill");
+            let StepStatus::Ran { output: Some(RowOutput::Logits(row)) } = out.status[0] else { panic!("prefill: {:?}", out.status[0]) };
+            next.push(vec![argmax(&out.logits[row * vocab..(row + 1) * vocab])]);
+            engine.hand_off_to_decode(seq).expect("hand-off");
+        }
+        for _ in 0..12 {
+            let work: Vec<SeqStep<'_>> = (0..4).map(|k| SeqStep { seq: seqs[k], tokens: &next[k][next[k].len() - 1..], output: wants[k], decode: true }).collect();
+            let out = engine.step(&work).expect("decode step");
+            let picked: Vec<u32> = out
+                .status
+                .iter()
+                .zip(wants)
+                .map(|(st, want)| match (st, want) {
+                    (StepStatus::Ran { output: Some(RowOutput::Token(t)) }, StepOutput::Token) => *t,
+                    (StepStatus::Ran { output: Some(RowOutput::Logits(row)) }, StepOutput::Logits) => argmax(&out.logits[row * vocab..(row + 1) * vocab]),
+                    other => panic!("an entry wanting {want:?} got {other:?}"),
+                })
+                .collect();
+            assert_eq!(out.logits.len(), wants.iter().filter(|w| **w == StepOutput::Logits).count() * vocab, "only the rows wanting logits are returned");
+            for (n, t) in next.iter_mut().zip(picked) {
+                n.push(t);
+            }
+        }
+        for (&seq, prompt) in seqs.iter().zip(&prompts) {
+            engine.end_sequence(seq, false, prompt.len()).expect("end");
+        }
+        next
+    };
+    use StepOutput::{Logits, Token};
+    let tokens = run([Token; 4]);
+    let from_logits = run([Logits; 4]);
+    let mixed = run([Token, Logits, Logits, Token]);
+    let distinct: std::collections::HashSet<&u32> = tokens.iter().flatten().collect();
+    eprintln!("{} distinct tokens of {}", distinct.len(), 4 * 13);
+    assert!(tokens.iter().any(|t| t != &tokens[0]), "the four sequences generated the same tokens: the test cannot tell them apart");
+    assert_eq!(tokens, from_logits, "the device's argmax differs from the host's");
+    assert_eq!(mixed, from_logits, "a step mixing token and logits entries");
+}
+
 /// A process-wide count of a switched path's recordings, and how much one model's run of so many
 /// layers must add to it at least.
 type RecordedAtLeast = (fn() -> u64, fn(u64) -> u64);

@@ -7,4 +7,4 @@ pub mod kv_broker;
 pub mod metrics;
 pub mod scheduler;
 
-pub use engine::{Engine, EngineError, EngineOptions, Flow, GenerationOutcome, LoadedModel, SeqStep, StepOutcome, StepStatus, StopReason};
+pub use engine::{Engine, EngineError, EngineOptions, Flow, GenerationOutcome, LoadedModel, RowOutput, SeqStep, StepOutcome, StepOutput, StepStatus, StopReason};

@@ -132,6 +132,12 @@ impl Sampler {
         &self.params
     }
 
+    /// Whether [`Sampler::sample`] always returns the logits' [`argmax`] (greedy, no repetition
+    /// penalty): a device can then pick the token itself.
+    pub fn picks_argmax(&self) -> bool {
+        self.params.is_greedy() && self.params.repetition_penalty == 1.0
+    }
+
     /// Chooses the next token. `recent` is the sequence so far (prompt and generated), for the
     /// repetition penalty. NaN logits are never chosen.
     pub fn sample(&mut self, logits: &[f32], recent: &[u32]) -> u32 {

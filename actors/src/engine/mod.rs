@@ -202,12 +202,21 @@ pub struct Engine {
 /// What happened to one entry of a batched [`Engine::step`].
 #[derive(Clone, Debug, PartialEq)]
 pub enum StepStatus {
-    /// Its tokens ran; `logits_row` indexes the returned logits when it wanted them.
-    Ran { logits_row: Option<usize> },
+    /// Its tokens ran; `output` is its last token's result when it asked for one.
+    Ran { output: Option<RowOutput> },
     /// The arena had no room now; nothing ran for it (retry after others finish).
     Deferred,
     /// It cannot go on (it can never fit, or its bookkeeping is wrong).
     Failed(String),
+}
+
+/// What a step entry's last token left, as its [`StepOutput`] asked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RowOutput {
+    /// Row `n` of the step's logits.
+    Logits(usize),
+    /// The most likely next token (the first of ties; NaN never wins).
+    Token(u32),
 }
 
 /// The result of a batched step.
@@ -617,7 +626,6 @@ impl Engine {
             self.kv.start(seq, &[], Owner::Prefill)?;
         }
         let result = (|| {
-            let vocab = self.model.hparams.vocab_size;
             let mut next = Vec::with_capacity(seqs.len());
             for (&seq, p) in seqs.iter().zip(prompts) {
                 let logits = self.run_tokens(seq, p, false, false)?;
@@ -625,22 +633,16 @@ impl Engine {
             }
             let t0 = Instant::now();
             for _ in 0..n_gen {
-                let work: Vec<SeqStep<'_>> = seqs.iter().zip(&next).map(|(&seq, t)| SeqStep { seq, tokens: t, want_logits: true, decode: true }).collect();
+                // Greedy, as the scheduler runs greedy requests: the device's argmax.
+                let work: Vec<SeqStep<'_>> = seqs.iter().zip(&next).map(|(&seq, t)| SeqStep { seq, tokens: t, output: StepOutput::Token, decode: true }).collect();
                 let out = self.step(&work)?;
                 if let Some(StepStatus::Deferred | StepStatus::Failed(_)) = out.status.iter().find(|s| !matches!(s, StepStatus::Ran { .. })) {
                     return Err(EngineError::Device(DeviceError::BadBatch("the KV arena cannot hold every benchmark sequence".into())));
                 }
-                // As the scheduler samples: every row on its own thread when the logits are many.
-                let pick = |(t, st): (&mut [u32; 1], &StepStatus)| {
-                    if let StepStatus::Ran { logits_row: Some(row) } = st {
-                        t[0] = strata_model::sampling::argmax(&out.logits[row * vocab..(row + 1) * vocab]);
+                for (t, st) in next.iter_mut().zip(&out.status) {
+                    if let StepStatus::Ran { output: Some(RowOutput::Token(tok)) } = st {
+                        t[0] = *tok;
                     }
-                };
-                if out.logits.len() >= self.opts.parallel_logits_min {
-                    use rayon::prelude::*;
-                    next.par_iter_mut().zip(out.status.par_iter()).for_each(pick);
-                } else {
-                    next.iter_mut().zip(&out.status).for_each(pick);
                 }
             }
             Ok(t0.elapsed().as_secs_f64() * 1e3)
@@ -711,22 +713,24 @@ impl Engine {
                     part.tokens.extend_from_slice(w.tokens);
                     part.positions.extend((r.start_pos..r.start_pos + w.tokens.len()).map(|p| p as u32));
                     part.seq_of_token.extend(std::iter::repeat_n(idx, w.tokens.len()));
-                    if w.want_logits {
+                    if w.output != StepOutput::Nothing {
                         part.output_rows.push(part.tokens.len() as u32 - 1);
-                        part.entries.push(i);
+                        part.entries.push((i, w.output));
                     }
-                    status.push(StepStatus::Ran { logits_row: None });
+                    status.push(StepStatus::Ran { output: None });
                     commits.push((w.seq, w.tokens.to_vec()));
                 }
-                Ok(_) => status.push(StepStatus::Ran { logits_row: None }),
+                Ok(_) => status.push(StepStatus::Ran { output: None }),
                 Err(KvError::Full { .. }) => status.push(StepStatus::Deferred),
                 Err(e) => status.push(StepStatus::Failed(e.to_string())),
             }
         }
         let vocab = self.model.hparams.vocab_size;
-        // Each wanted row is copied once, straight from the device's output.
-        let wanted_rows: usize = parts.iter().map(|p| p.entries.len()).sum();
-        let mut logits: Vec<f32> = Vec::with_capacity(wanted_rows * vocab);
+        // Each row wanting logits is copied once, straight from the device's output; rows wanting
+        // a token take the device's argmax (a GPU then reads back only the tokens when no row of
+        // its part wants logits: the H200 host took ~125-150 us to read one 152k row).
+        let logit_rows: usize = parts.iter().flat_map(|p| &p.entries).filter(|(_, o)| *o == StepOutput::Logits).count();
+        let mut logits: Vec<f32> = Vec::with_capacity(logit_rows * vocab);
         for (which, part) in parts.iter_mut().enumerate() {
             if part.tokens.is_empty() {
                 continue;
@@ -737,18 +741,44 @@ impl Engine {
             if !wanted {
                 part.output_rows.push(part.tokens.len() as u32 - 1);
             }
+            let tokens_only = wanted && part.entries.iter().all(|(_, o)| *o == StepOutput::Token);
             let batch = StepBatch { tokens: &part.tokens, positions: &part.positions, seq_of_token: &part.seq_of_token, block_tables: &table_refs, output_rows: &part.output_rows };
             let plan: &mut dyn ForwardPlan = match (&mut self.decode_plan, which) {
                 (Some(d), 1) => d.as_mut(),
                 _ => self.plan.as_mut(),
             };
+            if tokens_only {
+                let tokens = plan.forward_argmax(&batch, vocab)?;
+                if tokens.len() != part.entries.len() {
+                    return Err(EngineError::Device(DeviceError::BadBatch(format!("{} tokens for {} output rows", tokens.len(), part.entries.len()))));
+                }
+                for (&(entry, _), tok) in part.entries.iter().zip(tokens) {
+                    status[entry] = StepStatus::Ran { output: Some(RowOutput::Token(tok)) };
+                }
+                continue;
+            }
             let out = plan.forward(&batch)?;
             if wanted {
-                let first_row = logits.len() / vocab;
-                for (k, &entry) in part.entries.iter().enumerate() {
-                    status[entry] = StepStatus::Ran { logits_row: Some(first_row + k) };
+                let rows = &out[..part.entries.len() * vocab];
+                let all_logits = part.entries.iter().all(|(_, o)| *o == StepOutput::Logits);
+                if all_logits {
+                    let first_row = logits.len() / vocab;
+                    copy_rows(&mut logits, rows, vocab, self.opts.parallel_logits_min);
+                    for (k, &(entry, _)) in part.entries.iter().enumerate() {
+                        status[entry] = StepStatus::Ran { output: Some(RowOutput::Logits(first_row + k)) };
+                    }
+                    continue;
                 }
-                copy_rows(&mut logits, &out[..part.entries.len() * vocab], vocab, self.opts.parallel_logits_min);
+                for (&(entry, want), row) in part.entries.iter().zip(rows.chunks_exact(vocab.max(1))) {
+                    let output = match want {
+                        StepOutput::Token => RowOutput::Token(strata_model::sampling::argmax(row)),
+                        _ => {
+                            logits.extend_from_slice(row);
+                            RowOutput::Logits(logits.len() / vocab - 1)
+                        }
+                    };
+                    status[entry] = StepStatus::Ran { output: Some(output) };
+                }
             }
         }
         self.kv.commit_batch(commits)?;
@@ -791,8 +821,19 @@ struct StepPart {
     seq_of_token: Vec<u32>,
     tables: Vec<Vec<u32>>,
     output_rows: Vec<u32>,
-    /// The entry of each output row.
-    entries: Vec<usize>,
+    /// The entry of each output row, and what it wants.
+    entries: Vec<(usize, StepOutput)>,
+}
+
+/// What a step entry wants of its last token.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StepOutput {
+    /// Nothing (a prompt chunk before the last).
+    Nothing,
+    /// Its logits, for a sampler.
+    Logits,
+    /// Only its most likely next token (greedy, no penalties, no logprobs).
+    Token,
 }
 
 /// One sequence's share of a batched [`Engine::step`].
@@ -800,7 +841,8 @@ struct StepPart {
 pub struct SeqStep<'a> {
     pub seq: SeqId,
     pub tokens: &'a [u32],
-    pub want_logits: bool,
+    /// What its last token should leave.
+    pub output: StepOutput,
     /// A generated token (decode), not prompt tokens: it runs on the decode device.
     pub decode: bool,
 }

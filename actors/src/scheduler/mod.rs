@@ -22,7 +22,7 @@ use strata_kv::SeqId;
 use strata_model::sampling::{log_softmax, Sampler, SamplingParams};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::engine::{Engine, SeqStep, StepStatus, StopReason};
+use crate::engine::{Engine, RowOutput, SeqStep, StepOutput, StepStatus, StopReason};
 
 /// Limits of the scheduler.
 #[derive(Clone, Debug)]
@@ -491,11 +491,14 @@ impl Scheduler {
                 .iter()
                 .map(|(i, range)| {
                     let r = &running[*i];
+                    // Greedy requests without logprobs need only the device's argmax.
+                    let wanted = if r.sampler.picks_argmax() && r.req.logprobs.is_none() { StepOutput::Token } else { StepOutput::Logits };
                     match &r.phase {
-                        Phase::Decode { next } => SeqStep { seq: r.seq, tokens: std::slice::from_ref(next), want_logits: true, decode: true },
+                        Phase::Decode { next } => SeqStep { seq: r.seq, tokens: std::slice::from_ref(next), output: wanted, decode: true },
                         Phase::Prefill { done } => {
                             let end = done + range.len();
-                            SeqStep { seq: r.seq, tokens: &r.req.prompt[*done..end], want_logits: end == r.req.prompt.len(), decode: false }
+                            let output = if end == r.req.prompt.len() { wanted } else { StepOutput::Nothing };
+                            SeqStep { seq: r.seq, tokens: &r.req.prompt[*done..end], output, decode: false }
                         }
                     }
                 })
@@ -520,10 +523,10 @@ impl Scheduler {
             }
         };
         let mut failed: Vec<(usize, String)> = Vec::new();
-        let mut ran: Vec<(usize, std::ops::Range<usize>, Option<usize>)> = Vec::new();
+        let mut ran: Vec<(usize, std::ops::Range<usize>, Option<RowOutput>)> = Vec::new();
         for ((i, range), st) in plan.iter().zip(&outcome.status) {
             match st {
-                StepStatus::Ran { logits_row } => ran.push((*i, range.clone(), *logits_row)),
+                StepStatus::Ran { output } => ran.push((*i, range.clone(), *output)),
                 StepStatus::Deferred => {} // waits for another sequence to give blocks back
                 StepStatus::Failed(msg) => failed.push((*i, msg.clone())),
             }
@@ -540,11 +543,16 @@ impl Scheduler {
         // Every row's token first (each sampler reads only its own row and history): on several
         // threads when the logits are many (a GPU step of dozens of sequences of a large
         // vocabulary), as the engine copied them.
-        let mut row_of: Vec<Option<usize>> = vec![None; self.running.len()];
-        for (i, _, logits_row) in &ran {
-            row_of[*i] = *logits_row;
+        let mut row_of: Vec<Option<RowOutput>> = vec![None; self.running.len()];
+        for (i, _, output) in &ran {
+            row_of[*i] = *output;
         }
-        let sample = |(r, row): (&mut Running, &Option<usize>)| row.map(|row| r.sampler.sample(&logits[row * vocab..(row + 1) * vocab], &r.history));
+        let sample = |(r, output): (&mut Running, &Option<RowOutput>)| {
+            output.map(|o| match o {
+                RowOutput::Logits(row) => r.sampler.sample(&logits[row * vocab..(row + 1) * vocab], &r.history),
+                RowOutput::Token(tok) => tok,
+            })
+        };
         let sampled: Vec<Option<u32>> = if logits.len() >= self.engine.options().parallel_logits_min {
             use rayon::prelude::*;
             self.running.par_iter_mut().zip(row_of.par_iter()).map(sample).collect()
@@ -552,13 +560,12 @@ impl Scheduler {
             self.running.iter_mut().zip(&row_of).map(sample).collect()
         };
         let mut finished: Vec<(usize, StopReason, Option<String>)> = Vec::new();
-        for (i, range, logits_row) in &ran {
+        for (i, range, output) in &ran {
             let r = &mut self.running[*i];
             if let Phase::Prefill { done } = &mut r.phase {
                 *done += range.len();
             }
-            let Some(row) = logits_row else { continue };
-            let l = &logits[row * vocab..(row + 1) * vocab];
+            let Some(output) = output else { continue };
             if let Phase::Prefill { .. } = r.phase {
                 r.prefill_ms = r.prefill_started.elapsed().as_secs_f64() * 1e3;
                 r.decode_started = Some(Instant::now());
@@ -577,10 +584,14 @@ impl Scheduler {
                 finished.push((*i, StopReason::Stop, None));
                 continue;
             }
-            let logprob = r.req.logprobs.map(|top_n| {
-                log_softmax(l, &mut self.lp_scratch);
-                top_logprobs(&self.lp_scratch, tok, top_n)
-            });
+            // (Requests with logprobs always asked for their logits.)
+            let logprob = match (r.req.logprobs, output) {
+                (Some(top_n), RowOutput::Logits(row)) => {
+                    log_softmax(&logits[row * vocab..(row + 1) * vocab], &mut self.lp_scratch);
+                    Some(top_logprobs(&self.lp_scratch, tok, top_n))
+                }
+                _ => None,
+            };
             // The stream holds max_tokens + a few events, so it is never full while the client
             // reads; a client that stopped reading is cancelled at the next step.
             if r.req.events.try_send(GenEvent::Token { id: tok, logprob }).is_err() {
