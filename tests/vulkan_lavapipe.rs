@@ -260,63 +260,84 @@ fn vulkan_greedy_steps_pick_the_argmax_of_their_logits() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Batched engine steps whose entries want only a token (the scheduler's greedy requests) get
-/// the argmax of the logits the same entries get when they want logits: four sequences of
-/// different prompts decoded together 12 steps, each fed its own previous token, with every
-/// entry wanting a token (the GPU's argmax of four rows), every entry wanting logits (the host's
-/// argmax of them), and the two mixed in one step (logits copied for some rows, the argmax
-/// taken on the host for the others). A sequence's rows do not depend on its batch, so the
-/// three runs must generate the same tokens.
+/// Batched engine steps whose entries want only a token (the scheduler's greedy requests) or only
+/// their top-k candidates (its top-k samplers) get the argmax and the top-k of the logits the
+/// same entries get when they want logits: four sequences of different prompts decoded together
+/// 12 steps, each fed its own previous token (the argmax), with every entry wanting logits (the
+/// reference: the host's argmax and top-k of them), every entry wanting a token (the GPU's
+/// argmax of four rows), tokens and top-k mixed (the GPU's top-k of four rows, truncated to each
+/// entry's k), and logits, tokens and top-k mixed in one step (taken on the host from the copied
+/// rows). A sequence's rows do not depend on its batch, so the runs must generate the same
+/// tokens, and the candidates must be the reference's, bit for bit.
 #[test]
-fn vulkan_step_entries_wanting_a_token_get_the_argmax_of_their_logits() {
+fn vulkan_step_entries_wanting_a_token_or_the_top_k_get_those_of_their_logits() {
     use strata_actors::{RowOutput, SeqStep, StepOutput, StepStatus};
+    use strata_model::sampling::top_k;
     let Some(i) = vulkan_index() else { return };
     let model = Arc::new(LoadedModel::load(&common::default_model()).expect("the default model loads"));
     let vocab = model.hparams.vocab_size;
     let prompts: Vec<Vec<u32>> = (0..4u32).map(|s| (0..6 + s).map(|k| (k * 7919 + 13 + 101 * s) % vocab as u32).collect()).collect();
-    let run = |wants: [StepOutput; 4]| -> Vec<Vec<u32>> {
+    // Per sequence, per step: the token fed next and the candidates (token, logit bits).
+    type Run = Vec<Vec<(u32, Vec<(u32, u32)>)>>;
+    let bits = |c: &[strata_model::sampling::Candidate]| c.iter().map(|c| (c.token, c.logit.to_bits())).collect::<Vec<_>>();
+    let run = |wants: [StepOutput; 4]| -> Run {
         let mut engine = engine(&model, DeviceKind::Vulkan(i), DeviceKind::Vulkan(i));
         let seqs: Vec<u64> = (0..4).collect();
-        let mut next = Vec::new();
+        let mut next: Vec<u32> = Vec::new();
         for (&seq, prompt) in seqs.iter().zip(&prompts) {
             let reused = engine.start_sequence(seq, prompt).expect("start");
             let out = engine.step(&[SeqStep { seq, tokens: &prompt[reused..], output: StepOutput::Logits, decode: false }]).expect("prefill");
             let StepStatus::Ran { output: Some(RowOutput::Logits(row)) } = out.status[0] else { panic!("prefill: {:?}", out.status[0]) };
-            next.push(vec![argmax(&out.logits[row * vocab..(row + 1) * vocab])]);
+            next.push(argmax(&out.logits[row * vocab..(row + 1) * vocab]));
             engine.hand_off_to_decode(seq).expect("hand-off");
         }
+        let mut got: Run = vec![Vec::new(); 4];
         for _ in 0..12 {
-            let work: Vec<SeqStep<'_>> = (0..4).map(|k| SeqStep { seq: seqs[k], tokens: &next[k][next[k].len() - 1..], output: wants[k], decode: true }).collect();
+            let fed = next.clone();
+            let work: Vec<SeqStep<'_>> = (0..4).map(|k| SeqStep { seq: seqs[k], tokens: std::slice::from_ref(&fed[k]), output: wants[k], decode: true }).collect();
             let out = engine.step(&work).expect("decode step");
-            let picked: Vec<u32> = out
-                .status
-                .iter()
-                .zip(wants)
-                .map(|(st, want)| match (st, want) {
-                    (StepStatus::Ran { output: Some(RowOutput::Token(t)) }, StepOutput::Token) => *t,
-                    (StepStatus::Ran { output: Some(RowOutput::Logits(row)) }, StepOutput::Logits) => argmax(&out.logits[row * vocab..(row + 1) * vocab]),
-                    other => panic!("an entry wanting {want:?} got {other:?}"),
-                })
-                .collect();
             assert_eq!(out.logits.len(), wants.iter().filter(|w| **w == StepOutput::Logits).count() * vocab, "only the rows wanting logits are returned");
-            for (n, t) in next.iter_mut().zip(picked) {
-                n.push(t);
+            for (k, (st, want)) in out.status.iter().zip(wants).enumerate() {
+                let (token, cands) = match (st, want) {
+                    (StepStatus::Ran { output: Some(RowOutput::Token(t)) }, StepOutput::Token) => (*t, Vec::new()),
+                    (StepStatus::Ran { output: Some(RowOutput::Logits(row)) }, StepOutput::Logits) => {
+                        let l = &out.logits[row * vocab..(row + 1) * vocab];
+                        (argmax(l), bits(&top_k(l, 64)))
+                    }
+                    (StepStatus::Ran { output: Some(RowOutput::Candidates { start, len }) }, StepOutput::TopK(n)) => {
+                        let c = &out.candidates[*start..start + len];
+                        assert_eq!(c.len(), n, "an entry wanting {n} candidates");
+                        (c[0].token, bits(c))
+                    }
+                    other => panic!("an entry wanting {want:?} got {other:?}"),
+                };
+                next[k] = token;
+                got[k].push((token, cands));
             }
         }
         for (&seq, prompt) in seqs.iter().zip(&prompts) {
             engine.end_sequence(seq, false, prompt.len()).expect("end");
         }
-        next
+        got
     };
-    use StepOutput::{Logits, Token};
-    let tokens = run([Token; 4]);
-    let from_logits = run([Logits; 4]);
-    let mixed = run([Token, Logits, Logits, Token]);
-    let distinct: std::collections::HashSet<&u32> = tokens.iter().flatten().collect();
-    eprintln!("{} distinct tokens of {}", distinct.len(), 4 * 13);
-    assert!(tokens.iter().any(|t| t != &tokens[0]), "the four sequences generated the same tokens: the test cannot tell them apart");
-    assert_eq!(tokens, from_logits, "the device's argmax differs from the host's");
-    assert_eq!(mixed, from_logits, "a step mixing token and logits entries");
+    use StepOutput::{Logits, Token, TopK};
+    let reference = run([Logits; 4]);
+    let tokens_of = |r: &Run| r.iter().map(|s| s.iter().map(|(t, _)| *t).collect::<Vec<_>>()).collect::<Vec<_>>();
+    let want_tokens = tokens_of(&reference);
+    let distinct: std::collections::HashSet<&u32> = want_tokens.iter().flatten().collect();
+    eprintln!("{} distinct tokens of {}", distinct.len(), 4 * 12);
+    assert!(want_tokens.iter().any(|t| t != &want_tokens[0]), "the four sequences generated the same tokens: the test cannot tell them apart");
+    for (what, wants) in [("tokens", [Token; 4]), ("tokens and top-k", [TopK(40), Token, TopK(64), TopK(5)]), ("logits, tokens and top-k", [Token, Logits, TopK(64), TopK(1)])] {
+        let got = run(wants);
+        assert_eq!(tokens_of(&got), want_tokens, "{what}: the device's argmax differs from the host's");
+        for (k, want) in wants.iter().enumerate() {
+            if let TopK(n) = want {
+                for (step, ((_, c), (_, r))) in got[k].iter().zip(&reference[k]).enumerate() {
+                    assert_eq!(c, &r[..*n], "{what}: sequence {k}'s top {n} at step {step}");
+                }
+            }
+        }
+    }
 }
 
 /// A process-wide count of a switched path's recordings, and how much one model's run of so many

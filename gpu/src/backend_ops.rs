@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use strata_model::sampling::Candidate;
 use strata_model::RopeStyle;
 use strata_quant::{GgmlType, Kernels};
 
@@ -43,6 +44,9 @@ pub trait OpBackend {
     fn add(&mut self, acc: &[f32], other: &[f32]) -> Result<Vec<f32>, DeviceError>;
     /// Attention over `kv`, read in place.
     fn attention(&mut self, kv: &Arc<HostKvMemory>, args: &AttentionArgs<'_>) -> Result<Vec<f32>, DeviceError>;
+    /// The `k` largest values of each `width`-wide row of `x` with their positions, largest
+    /// first (`strata_model::sampling::top_k`).
+    fn top_k(&mut self, x: &[f32], width: usize, k: usize) -> Result<Vec<Vec<Candidate>>, DeviceError>;
 }
 
 /// The CPU device's ops.
@@ -115,6 +119,10 @@ impl OpBackend for CpuOps {
 
     fn add(&mut self, acc: &[f32], other: &[f32]) -> Result<Vec<f32>, DeviceError> {
         Ok(acc.iter().zip(other).map(|(a, b)| a + b).collect())
+    }
+
+    fn top_k(&mut self, x: &[f32], width: usize, k: usize) -> Result<Vec<Vec<Candidate>>, DeviceError> {
+        Ok(x.chunks(width.max(1)).map(|row| strata_model::sampling::top_k(row, k)).collect())
     }
 
     fn attention(&mut self, kv: &Arc<HostKvMemory>, a: &AttentionArgs<'_>) -> Result<Vec<f32>, DeviceError> {

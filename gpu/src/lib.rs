@@ -136,6 +136,17 @@ pub trait ForwardPlan: Send {
         Ok(self.forward(batch)?.chunks(vocab_size.max(1)).map(strata_model::sampling::argmax).collect())
     }
 
+    /// Runs one step and returns each output row's `k` largest logits with their tokens, largest
+    /// first (`strata_model::sampling::top_k`: of equal logits the smaller token, NaNs skipped),
+    /// for samplers that cut to the top k. By default taken from the logits on the host; a GPU
+    /// computes them there (up to a limit of its own) and reads back only those.
+    ///
+    /// # Errors
+    /// As [`ForwardPlan::forward`].
+    fn forward_top_k(&mut self, batch: &StepBatch<'_>, vocab_size: usize, k: usize) -> Result<Vec<Vec<strata_model::sampling::Candidate>>, DeviceError> {
+        Ok(self.forward(batch)?.chunks(vocab_size.max(1)).map(|row| strata_model::sampling::top_k(row, k)).collect())
+    }
+
     /// The device's name, as configured (`cpu`, `vulkan:0`, ...).
     fn device_name(&self) -> String;
 

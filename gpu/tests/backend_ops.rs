@@ -277,6 +277,42 @@ fn elementwise_ops() {
     }
 }
 
+/// The top-k of logits rows on every device, exactly (positions and value bits) as
+/// `strata_model::sampling::top_k` orders them: larger first by `total_cmp` (-0 below +0), of
+/// equal values the smaller position, NaNs never taken. Rows: random (the usual path: few values
+/// pass the floor), a handful of distinct values (thousands of equal values pass: the exact
+/// select, and the first positions of the ties), NaNs, infinities and signed zeros sprinkled in,
+/// fewer values than k, only NaNs, only -inf; widths from 1 to a 152k vocabulary.
+#[test]
+fn top_k_of_rows_of_every_kind() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(17);
+    let mut backends = backends();
+    let specials = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 0.0, -0.0];
+    let mut cases: Vec<(String, usize, Vec<f32>)> = Vec::new();
+    for width in [1usize, 10, 63, 64, 65, 1000, 5003, 49152, 152_064] {
+        cases.push((format!("random {width}"), width, random(&mut rng, 2 * width, 8.0)));
+        cases.push((format!("seven values {width}"), width, (0..width).map(|_| rng.gen_range(-3i32..=3) as f32).collect()));
+        cases.push((
+            format!("specials {width}"),
+            width,
+            (0..width).map(|_| if rng.gen_range(0..4) == 0 { specials[rng.gen_range(0..specials.len())] } else { rng.gen_range(-2.0f32..2.0) }).collect(),
+        ));
+    }
+    cases.push(("only NaN".into(), 3000, vec![f32::NAN; 3000]));
+    cases.push(("only -inf".into(), 3000, vec![f32::NEG_INFINITY; 3000]));
+    cases.push(("a few values among NaNs".into(), 4096, (0..4096).map(|i| if i % 97 == 5 { i as f32 } else { f32::NAN }).collect()));
+    let bits = |rows: &[Vec<strata_model::sampling::Candidate>]| rows.iter().map(|r| r.iter().map(|c| (c.token, c.logit.to_bits())).collect::<Vec<_>>()).collect::<Vec<_>>();
+    for (name, width, x) in &cases {
+        for k in [1usize, 40, 64] {
+            let want: Vec<Vec<_>> = x.chunks(*width).map(|row| strata_model::sampling::top_k(row, k)).collect();
+            for b in backends.iter_mut() {
+                let got = b.top_k(x, *width, k).unwrap_or_else(|e| panic!("{} top_k: {e}", b.name()));
+                assert_eq!(bits(&got), bits(&want), "{}: top {k} of {name}", b.name());
+            }
+        }
+    }
+}
+
 #[test]
 fn rope_both_styles_and_partial_rotation() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(10);

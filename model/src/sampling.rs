@@ -167,37 +167,43 @@ impl Sampler {
             return argmax(logits);
         }
         self.candidates.clear();
-        let by_logit_desc = |a: &Candidate, b: &Candidate| b.logit.total_cmp(&a.logit);
         if p.top_k > 0 && p.top_k < logits.len() {
-            // One pass keeping the best top_k seen so far: compact to top_k whenever 4·top_k
-            // candidates have piled up, and skip anything below the current k-th best.
-            let k = p.top_k;
-            let mut floor = f32::NEG_INFINITY;
-            for (i, &logit) in logits.iter().enumerate() {
-                if logit.is_nan() || (logit <= floor && self.candidates.len() >= k) {
-                    continue;
-                }
-                self.candidates.push(Candidate { token: i as u32, logit });
-                if self.candidates.len() == 4 * k {
-                    self.candidates.select_nth_unstable_by(k - 1, by_logit_desc);
-                    self.candidates.truncate(k);
-                    floor = self.candidates[k - 1].logit;
-                }
-            }
+            top_k_into(logits, p.top_k, &mut self.candidates);
         } else {
             self.candidates.extend(
                 logits.iter().enumerate().filter(|(_, l)| !l.is_nan()).map(|(i, &logit)| Candidate { token: i as u32, logit }),
             );
+            self.candidates.sort_unstable_by(best_first);
         }
+        self.sample_sorted_candidates()
+    }
+
+    /// Chooses the next token from the logits' largest `top.len()` values, largest first (as
+    /// [`top_k`] returns them, or a device computed them): the same token [`Sampler::sample`]
+    /// picks from the whole row, for parameters whose top-k cut keeps at most `top.len()`
+    /// candidates and no repetition penalty ([`Sampler::top_k_cut`]).
+    pub fn sample_top(&mut self, top: &[Candidate]) -> u32 {
+        let k = if self.params.top_k > 0 { self.params.top_k.min(top.len()) } else { top.len() };
+        self.candidates.clear();
+        self.candidates.extend_from_slice(&top[..k]);
+        self.sample_sorted_candidates()
+    }
+
+    /// The number of candidates [`Sampler::sample`] keeps when that is a cut to the `top_k`
+    /// largest logits with nothing before it (not greedy, no repetition penalty): the sampler
+    /// then needs only those ([`Sampler::sample_top`]).
+    pub fn top_k_cut(&self) -> Option<usize> {
+        let p = &self.params;
+        (!p.is_greedy() && p.top_k > 0 && p.repetition_penalty == 1.0).then_some(p.top_k)
+    }
+
+    /// The temperature, top-p and min-p of `self.candidates` (largest first) and the draw.
+    fn sample_sorted_candidates(&mut self) -> u32 {
+        let p = &self.params;
         if self.candidates.is_empty() {
             return 0;
         }
         let c = &mut self.candidates;
-        if p.top_k > 0 && p.top_k < c.len() {
-            c.select_nth_unstable_by(p.top_k - 1, by_logit_desc);
-            c.truncate(p.top_k);
-        }
-        c.sort_unstable_by(by_logit_desc);
         // Softmax with temperature.
         let max = c[0].logit;
         let inv_t = 1.0 / p.temperature;
@@ -239,6 +245,48 @@ impl Sampler {
         }
         c[c.len() - 1].token
     }
+}
+
+/// The order of candidates: the larger logit first, of equal ones the smaller token.
+fn best_first(a: &Candidate, b: &Candidate) -> std::cmp::Ordering {
+    b.logit.total_cmp(&a.logit).then(a.token.cmp(&b.token))
+}
+
+/// The `k` largest logits with their tokens, largest first (of equal logits the smaller token;
+/// NaNs never taken; fewer than `k` when the row has fewer other values).
+pub fn top_k(logits: &[f32], k: usize) -> Vec<Candidate> {
+    let mut out = Vec::new();
+    top_k_into(logits, k, &mut out);
+    out
+}
+
+/// [`top_k`] into `out` (cleared first).
+fn top_k_into(logits: &[f32], k: usize, out: &mut Vec<Candidate>) {
+    out.clear();
+    let k = k.min(logits.len());
+    if k == 0 {
+        return;
+    }
+    // One pass keeping the best k seen so far: compact to k whenever 4k candidates have piled
+    // up, and skip anything not above the current k-th best (a later equal logit has a larger
+    // token, so it loses the tie).
+    let mut floor = f32::NEG_INFINITY;
+    for (i, &logit) in logits.iter().enumerate() {
+        if logit.is_nan() || (out.len() >= k && logit.total_cmp(&floor).is_le()) {
+            continue;
+        }
+        out.push(Candidate { token: i as u32, logit });
+        if out.len() == 4 * k {
+            out.select_nth_unstable_by(k - 1, best_first);
+            out.truncate(k);
+            floor = out[k - 1].logit;
+        }
+    }
+    if out.len() > k {
+        out.select_nth_unstable_by(k - 1, best_first);
+        out.truncate(k);
+    }
+    out.sort_unstable_by(best_first);
 }
 
 /// The index of the largest logit (the first of ties); NaN never wins.
@@ -354,6 +402,54 @@ mod tests {
             seen.insert(t);
         }
         assert!(seen.len() > 30, "a hot temperature reaches most of the 40 ({} seen)", seen.len());
+    }
+
+    /// `top_k` against a full sort (larger logit first by `total_cmp`, of equal ones the smaller
+    /// token, NaNs dropped), over lengths around the compaction's 4k, ties, NaNs, infinities and
+    /// signed zeros.
+    #[test]
+    fn top_k_equals_a_full_sort() {
+        let specials = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 0.0, -0.0, 1.0, 1.0];
+        let mut rng = Rng::new(9);
+        for len in [0usize, 1, 3, 7, 40, 159, 160, 161, 1000] {
+            for k in [1usize, 2, 5, 40, 64] {
+                for _ in 0..30 {
+                    let v: Vec<f32> = (0..len)
+                        .map(|_| {
+                            let r = rng.next_u64();
+                            if r.is_multiple_of(5) { specials[(r >> 8) as usize % specials.len()] } else { ((r >> 11) % 9) as f32 - 4.0 }
+                        })
+                        .collect();
+                    let mut want: Vec<Candidate> = v.iter().enumerate().filter(|(_, l)| !l.is_nan()).map(|(i, &logit)| Candidate { token: i as u32, logit }).collect();
+                    want.sort_by(best_first);
+                    want.truncate(k);
+                    let got = top_k(&v, k);
+                    let bits = |c: &[Candidate]| c.iter().map(|c| (c.token, c.logit.to_bits())).collect::<Vec<_>>();
+                    assert_eq!(bits(&got), bits(&want), "k {k} of {v:?}");
+                }
+            }
+        }
+    }
+
+    /// Sampling from a row's top candidates (as a device returns them) picks what sampling the
+    /// whole row picks, draw for draw, for every parameter set whose top-k cut they cover.
+    #[test]
+    fn sampling_the_top_candidates_equals_sampling_the_row() {
+        let mut rng = Rng::new(21);
+        for (i, (top_k, top_p, min_p, temperature)) in [(40, 0.95, 0.05, 0.8), (64, 1.0, 0.0, 1.5), (1, 1.0, 0.0, 1.0), (7, 0.5, 0.1, 0.3), (40, 1.0, 0.2, 2.0)].into_iter().enumerate() {
+            let params = SamplingParams { temperature, top_k, top_p, min_p, seed: i as u64, ..Default::default() };
+            let mut whole = Sampler::new(params.clone());
+            let mut top = Sampler::new(params);
+            assert_eq!(top.top_k_cut(), (top_k > 1).then_some(top_k));
+            for _ in 0..200 {
+                let logits: Vec<f32> = (0..3000).map(|_| (rng.next_f32() * 12.0).floor() - 6.0 + rng.next_f32() * 0.01).collect();
+                let cands = super::top_k(&logits, 64);
+                assert_eq!(whole.sample(&logits, &[1, 2]), top.sample_top(&cands));
+            }
+        }
+        assert_eq!(Sampler::new(SamplingParams { repetition_penalty: 1.1, ..Default::default() }).top_k_cut(), None);
+        assert_eq!(Sampler::new(SamplingParams { top_k: 0, ..Default::default() }).top_k_cut(), None);
+        assert_eq!(Sampler::new(SamplingParams::greedy()).top_k_cut(), None);
     }
 
     #[test]

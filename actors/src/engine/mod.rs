@@ -15,7 +15,7 @@ use strata_gpu::{DeviceError, DeviceKind, ForwardPlan, StepBatch};
 use strata_kv::{CellCopy, KvArena, KvError, KvLayout, KvShape, LayoutParams, Owner, SeqId};
 
 use crate::kv_broker::{BrokerError, CellCopier, KvBroker, KvBrokerHandle};
-use strata_model::sampling::{Sampler, SamplingParams};
+use strata_model::sampling::{Candidate, Sampler, SamplingParams};
 
 /// Sizes of the engine's step buffers and KV arena.
 #[derive(Clone, Debug)]
@@ -217,6 +217,9 @@ pub enum RowOutput {
     Logits(usize),
     /// The most likely next token (the first of ties; NaN never wins).
     Token(u32),
+    /// `candidates[start..start + len]` of the step: the largest logits, largest first
+    /// (`strata_model::sampling::top_k`).
+    Candidates { start: usize, len: usize },
 }
 
 /// The result of a batched step.
@@ -224,6 +227,8 @@ pub enum RowOutput {
 pub struct StepOutcome {
     /// One row of `vocab_size` logits per entry that ran and wanted them.
     pub logits: Vec<f32>,
+    /// The top candidates of the entries that wanted them ([`RowOutput::Candidates`]).
+    pub candidates: Vec<Candidate>,
     /// One per entry, in order.
     pub status: Vec<StepStatus>,
 }
@@ -726,11 +731,12 @@ impl Engine {
             }
         }
         let vocab = self.model.hparams.vocab_size;
-        // Each row wanting logits is copied once, straight from the device's output; rows wanting
-        // a token take the device's argmax (a GPU then reads back only the tokens when no row of
-        // its part wants logits: the H200 host took ~125-150 us to read one 152k row).
+        // Each row wanting logits is copied once, straight from the device's output. A device part
+        // none of whose rows wants logits computes what they want there (a GPU then reads back a
+        // token or k candidates a row: the H200 host took ~125-150 us to read one 152k row).
         let logit_rows: usize = parts.iter().flat_map(|p| &p.entries).filter(|(_, o)| *o == StepOutput::Logits).count();
         let mut logits: Vec<f32> = Vec::with_capacity(logit_rows * vocab);
+        let mut candidates: Vec<Candidate> = Vec::new();
         for (which, part) in parts.iter_mut().enumerate() {
             if part.tokens.is_empty() {
                 continue;
@@ -741,54 +747,74 @@ impl Engine {
             if !wanted {
                 part.output_rows.push(part.tokens.len() as u32 - 1);
             }
-            let tokens_only = wanted && part.entries.iter().all(|(_, o)| *o == StepOutput::Token);
+            let any_logits = part.entries.iter().any(|(_, o)| *o == StepOutput::Logits);
+            let top_k = part.entries.iter().filter_map(|(_, o)| if let StepOutput::TopK(k) = o { Some(*k) } else { None }).max();
             let batch = StepBatch { tokens: &part.tokens, positions: &part.positions, seq_of_token: &part.seq_of_token, block_tables: &table_refs, output_rows: &part.output_rows };
             let plan: &mut dyn ForwardPlan = match (&mut self.decode_plan, which) {
                 (Some(d), 1) => d.as_mut(),
                 _ => self.plan.as_mut(),
             };
-            if tokens_only {
-                let tokens = plan.forward_argmax(&batch, vocab)?;
-                if tokens.len() != part.entries.len() {
-                    return Err(EngineError::Device(DeviceError::BadBatch(format!("{} tokens for {} output rows", tokens.len(), part.entries.len()))));
+            let n_entries = part.entries.len();
+            let bad_count = |got: usize| EngineError::Device(DeviceError::BadBatch(format!("{got} results for {n_entries} output rows")));
+            if wanted && !any_logits {
+                // Tokens, and candidates: a row wanting a token takes its first candidate (the
+                // argmax: the largest logit, the first of equal ones).
+                let rows: Vec<(Option<u32>, Vec<Candidate>)> = match top_k {
+                    None => plan.forward_argmax(&batch, vocab)?.into_iter().map(|t| (Some(t), Vec::new())).collect(),
+                    Some(k) => plan.forward_top_k(&batch, vocab, k.max(1))?.into_iter().map(|c| (None, c)).collect(),
+                };
+                if rows.len() != n_entries {
+                    return Err(bad_count(rows.len()));
                 }
-                for (&(entry, _), tok) in part.entries.iter().zip(tokens) {
-                    status[entry] = StepStatus::Ran { output: Some(RowOutput::Token(tok)) };
+                for (&(entry, want), (token, cands)) in part.entries.iter().zip(rows) {
+                    let output = match want {
+                        StepOutput::TopK(k) => push_candidates(&mut candidates, &cands[..k.min(cands.len())]),
+                        _ => RowOutput::Token(token.unwrap_or_else(|| cands.first().map_or(0, |c| c.token))),
+                    };
+                    status[entry] = StepStatus::Ran { output: Some(output) };
                 }
                 continue;
             }
             let out = plan.forward(&batch)?;
-            if wanted {
-                let rows = &out[..part.entries.len() * vocab];
-                let all_logits = part.entries.iter().all(|(_, o)| *o == StepOutput::Logits);
-                if all_logits {
-                    let first_row = logits.len() / vocab;
-                    copy_rows(&mut logits, rows, vocab, self.opts.parallel_logits_min);
-                    for (k, &(entry, _)) in part.entries.iter().enumerate() {
-                        status[entry] = StepStatus::Ran { output: Some(RowOutput::Logits(first_row + k)) };
+            if !wanted {
+                continue;
+            }
+            let rows = out.get(..n_entries * vocab).ok_or_else(|| bad_count(out.len() / vocab.max(1)))?;
+            if part.entries.iter().all(|(_, o)| *o == StepOutput::Logits) {
+                let first_row = logits.len() / vocab;
+                copy_rows(&mut logits, rows, vocab, self.opts.parallel_logits_min);
+                for (k, &(entry, _)) in part.entries.iter().enumerate() {
+                    status[entry] = StepStatus::Ran { output: Some(RowOutput::Logits(first_row + k)) };
+                }
+                continue;
+            }
+            for (&(entry, want), row) in part.entries.iter().zip(rows.chunks_exact(vocab.max(1))) {
+                let output = match want {
+                    StepOutput::Token => RowOutput::Token(strata_model::sampling::argmax(row)),
+                    StepOutput::TopK(k) => push_candidates(&mut candidates, &strata_model::sampling::top_k(row, k)),
+                    _ => {
+                        logits.extend_from_slice(row);
+                        RowOutput::Logits(logits.len() / vocab - 1)
                     }
-                    continue;
-                }
-                for (&(entry, want), row) in part.entries.iter().zip(rows.chunks_exact(vocab.max(1))) {
-                    let output = match want {
-                        StepOutput::Token => RowOutput::Token(strata_model::sampling::argmax(row)),
-                        _ => {
-                            logits.extend_from_slice(row);
-                            RowOutput::Logits(logits.len() / vocab - 1)
-                        }
-                    };
-                    status[entry] = StepStatus::Ran { output: Some(output) };
-                }
+                };
+                status[entry] = StepStatus::Ran { output: Some(output) };
             }
         }
         self.kv.commit_batch(commits)?;
-        Ok(StepOutcome { logits, status })
+        Ok(StepOutcome { logits, candidates, status })
     }
 
     /// Most tokens one step may hold.
     pub fn max_step_tokens(&self) -> usize {
         self.opts.ubatch
     }
+}
+
+/// Appends `top` to a step's candidates; returns where they are.
+fn push_candidates(candidates: &mut Vec<Candidate>, top: &[Candidate]) -> RowOutput {
+    let start = candidates.len();
+    candidates.extend_from_slice(top);
+    RowOutput::Candidates { start, len: top.len() }
 }
 
 /// Appends `rows` (whole rows of `vocab` logits) to `dst`, copying on several threads when they
@@ -834,6 +860,8 @@ pub enum StepOutput {
     Logits,
     /// Only its most likely next token (greedy, no penalties, no logprobs).
     Token,
+    /// Only its `k` largest logits with their tokens (a sampler whose first cut is a top-k).
+    TopK(usize),
 }
 
 /// One sequence's share of a batched [`Engine::step`].

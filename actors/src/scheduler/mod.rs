@@ -491,8 +491,14 @@ impl Scheduler {
                 .iter()
                 .map(|(i, range)| {
                     let r = &running[*i];
-                    // Greedy requests without logprobs need only the device's argmax.
-                    let wanted = if r.sampler.picks_argmax() && r.req.logprobs.is_none() { StepOutput::Token } else { StepOutput::Logits };
+                    // Requests without logprobs need only the device's argmax (greedy) or the
+                    // top k of their logits (a sampler whose first cut is a top-k).
+                    let wanted = match (r.req.logprobs, r.sampler.top_k_cut()) {
+                        (Some(_), _) => StepOutput::Logits,
+                        (None, _) if r.sampler.picks_argmax() => StepOutput::Token,
+                        (None, Some(k)) => StepOutput::TopK(k),
+                        (None, None) => StepOutput::Logits,
+                    };
                     match &r.phase {
                         Phase::Decode { next } => SeqStep { seq: r.seq, tokens: std::slice::from_ref(next), output: wanted, decode: true },
                         Phase::Prefill { done } => {
@@ -539,6 +545,7 @@ impl Scheduler {
             }
         }
         let logits = outcome.logits;
+        let candidates = outcome.candidates;
         let vocab = self.engine.model().hparams.vocab_size;
         // Every row's token first (each sampler reads only its own row and history): on several
         // threads when the logits are many (a GPU step of dozens of sequences of a large
@@ -551,6 +558,7 @@ impl Scheduler {
             output.map(|o| match o {
                 RowOutput::Logits(row) => r.sampler.sample(&logits[row * vocab..(row + 1) * vocab], &r.history),
                 RowOutput::Token(tok) => tok,
+                RowOutput::Candidates { start, len } => r.sampler.sample_top(&candidates[start..start + len]),
             })
         };
         let sampled: Vec<Option<u32>> = if logits.len() >= self.engine.options().parallel_logits_min {

@@ -154,6 +154,11 @@ pub fn f32_from_bytes(b: &[u8]) -> Vec<f32> {
     b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
 }
 
+/// Little-endian u32 bytes back to values.
+pub fn u32_from_bytes(b: &[u8]) -> Vec<u32> {
+    b.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+}
+
 /// f16 bits of each value (round to nearest even).
 pub fn f16_bytes(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| f16::from_f32(*x).to_le_bytes()).collect()

@@ -109,6 +109,9 @@ pub enum Kernel {
     SelectRows,
     /// Each logits row's first largest position (a greedy step's token, argmax.comp).
     Argmax,
+    /// Each logits row's [`TOP_K_MAX`] largest values with their positions, largest first (a
+    /// sampling step's candidates, top_k.comp).
+    TopK,
     ReadBandwidth,
     /// Reads weight ranges into the L2 cache beside a latency-bound stage (prefetch_l2.comp).
     PrefetchL2,
@@ -292,6 +295,20 @@ macro_rules! per_layout {
 
 /// Bytes of push constants every kernel's layout declares (the minimum every device offers).
 pub const PUSH_BYTES: u32 = 128;
+
+/// Candidates a row of [`Kernel::TopK`] (top_k.comp's K_MAX).
+pub const TOP_K_MAX: usize = 64;
+
+/// The first `k` candidates of one row of [`Kernel::TopK`]'s output (`TOP_K_MAX` pairs of
+/// position and value bits, largest first; position `u32::MAX` past the row's values).
+pub fn top_k_candidates(row_words: &[u32], k: usize) -> Vec<strata_model::sampling::Candidate> {
+    row_words
+        .chunks_exact(2)
+        .take(k)
+        .take_while(|pair| pair[0] != u32::MAX)
+        .map(|pair| strata_model::sampling::Candidate { token: pair[0], logit: f32::from_bits(pair[1]) })
+        .collect()
+}
 
 macro_rules! spv {
     ($name:literal) => {
@@ -479,6 +496,7 @@ impl Kernel {
             Kernel::Add => spv!("add"),
             Kernel::SelectRows => spv!("select_rows"),
             Kernel::Argmax => spv!("argmax"),
+            Kernel::TopK => spv!("top_k"),
             Kernel::ReadBandwidth => spv!("read_bandwidth"),
             Kernel::PrefetchL2 => spv!("prefetch_l2"),
             Kernel::StageChain => spv!("stage_chain"),

@@ -5,12 +5,13 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use strata_model::sampling::Candidate;
 use strata_model::RopeStyle;
 use strata_quant::GgmlType;
 
 use super::context::VulkanContext;
 use super::conv;
-use super::kernels::{int_quantize_groups, ActRounding, Kernel, Pipelines, Push, Recorder};
+use super::kernels::{int_quantize_groups, top_k_candidates, ActRounding, Kernel, Pipelines, Push, Recorder, TOP_K_MAX};
 use super::memory::{Buffer, MemoryKind, OneShot, Origin, VulkanKvMemory};
 use crate::backend_ops::{rope_angles, AttentionArgs, OpBackend};
 use crate::kv_memory::HostKvMemory;
@@ -336,6 +337,19 @@ impl OpBackend for VulkanOps {
         let push = Push::new().addr(g.address()).addr(u.address()).addr(out.address()).u32(gate.len() as u32);
         self.run(|r| r.dispatch(Kernel::SwiGlu, &push, [(gate.len() as u32).div_ceil(256), 1, 1]))?;
         Ok(Self::read(&out, gate.len()))
+    }
+
+    fn top_k(&mut self, x: &[f32], width: usize, k: usize) -> Result<Vec<Vec<Candidate>>, DeviceError> {
+        if k > TOP_K_MAX || width == 0 {
+            return Err(DeviceError::Unsupported { device: self.ctx.name(), what: format!("a top-k of {k} (at most {TOP_K_MAX}) over rows of {width}") });
+        }
+        let rows = x.len() / width;
+        let xb = self.upload(&conv::f32_bytes(x))?;
+        let out = self.output(rows * TOP_K_MAX * 2)?;
+        let push = Push::new().addr(xb.address()).addr(out.address()).u32(width as u32);
+        self.run(|r| r.dispatch(Kernel::TopK, &push, [rows as u32, 1, 1]))?;
+        let words = conv::u32_from_bytes(&out.mapped().unwrap_or(&[])[..rows * TOP_K_MAX * 8]);
+        Ok(words.chunks_exact(TOP_K_MAX * 2).map(|row| top_k_candidates(row, k)).collect())
     }
 
     fn add(&mut self, acc: &[f32], other: &[f32]) -> Result<Vec<f32>, DeviceError> {

@@ -10,11 +10,12 @@ use std::sync::Arc;
 use ash::vk;
 use strata_io::gguf::GgufFile;
 use strata_model::graph::{BufId, ForwardGraph, Op, Rows};
+use strata_model::sampling::Candidate;
 use strata_model::RopeStyle;
 
 use super::context::VulkanContext;
 use super::conv::{self, GpuLayout};
-use super::kernels::{int_quantize_groups, ActRounding, ChainedKernel, FfnLayout, GemmTile, Kernel, Pipelines, ProductLayout, Push, Recorder, WeightFormat};
+use super::kernels::{int_quantize_groups, top_k_candidates, ActRounding, ChainedKernel, FfnLayout, GemmTile, Kernel, Pipelines, ProductLayout, Push, Recorder, WeightFormat, TOP_K_MAX};
 use super::memory::{Buffer, DeviceArena, MemoryKind, Slice, Timeline, Uploader, VulkanKvMemory};
 use super::vk_error;
 use crate::kv_memory::HostKvMemory;
@@ -399,8 +400,17 @@ pub struct VulkanPlan {
     give_ups_seen: u32,
     /// Chained stages (shaders/chain.glsl) of each recorded step shape: the workgroups each
     /// word counts by the step's end (word 0 none); empty for none. Its readback holds them.
-    chain_words: HashMap<(usize, usize, bool), Vec<u32>>,
+    chain_words: HashMap<(usize, usize, StepTail), Vec<u32>>,
     ctx: Arc<VulkanContext>,
+}
+
+/// What a step reads back: its logits, or only each output row's argmax or top-k (computed on
+/// the GPU after the logits).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum StepTail {
+    Logits,
+    Argmax,
+    TopK,
 }
 
 /// Recorded command buffers by step shape, with the pool and the timeline semaphore each step
@@ -409,8 +419,8 @@ struct CommandCache {
     ctx: Arc<VulkanContext>,
     pool: vk::CommandPool,
     timeline: Timeline,
-    /// (tokens, outputs, whether the step ends in the GPU's argmax) -> its command buffer.
-    recorded: HashMap<(usize, usize, bool), vk::CommandBuffer>,
+    /// (tokens, outputs, what the step reads back) -> its command buffer.
+    recorded: HashMap<(usize, usize, StepTail), vk::CommandBuffer>,
 }
 
 impl CommandCache {
@@ -791,8 +801,8 @@ impl VulkanPlan {
         Ok(())
     }
 
-    fn record(&mut self, n: usize, n_out: usize, argmax: bool) -> Result<vk::CommandBuffer, DeviceError> {
-        if let Some(&cb) = self.commands.recorded.get(&(n, n_out, argmax)) {
+    fn record(&mut self, n: usize, n_out: usize, tail: StepTail) -> Result<vk::CommandBuffer, DeviceError> {
+        if let Some(&cb) = self.commands.recorded.get(&(n, n_out, tail)) {
             return Ok(cb);
         }
         let name = self.ctx.name();
@@ -807,9 +817,9 @@ impl VulkanPlan {
         // SAFETY: a fresh command buffer.
         unsafe { self.ctx.device.begin_command_buffer(cb, &vk::CommandBufferBeginInfo::default()) }.map_err(|e| vk_error(&name, "vkBeginCommandBuffer", e))?;
         let ops = std::mem::take(&mut self.graph.ops);
-        let result = self.record_ops(cb, &ops, n, n_out, argmax).map(|(grid, chain_words)| {
+        let result = self.record_ops(cb, &ops, n, n_out, tail).map(|(grid, chain_words)| {
             self.grid_barriers |= grid;
-            self.chain_words.insert((n, n_out, argmax), chain_words);
+            self.chain_words.insert((n, n_out, tail), chain_words);
         });
         self.graph.ops = ops;
         // SAFETY: recording began above.
@@ -819,15 +829,16 @@ impl VulkanPlan {
             unsafe { self.ctx.device.free_command_buffers(self.commands.pool, &[cb]) };
             return Err(e);
         }
-        self.commands.recorded.insert((n, n_out, argmax), cb);
+        self.commands.recorded.insert((n, n_out, tail), cb);
         Ok(cb)
     }
 
     /// Records the step's ops into `cb`; returns whether it has grid barriers and how many
     /// chained stages' words it reads back.
-    /// With `argmax`, the step ends in each output row's argmax on the GPU (argmax.comp), and
-    /// only those tokens are read back (at the readback's start), not the logits.
-    fn record_ops(&mut self, cb: vk::CommandBuffer, ops: &[Op], n: usize, n_out: usize, argmax: bool) -> Result<(bool, Vec<u32>), DeviceError> {
+    /// With [`StepTail::Argmax`] or [`StepTail::TopK`] the step ends in each output row's
+    /// argmax or top-k on the GPU (argmax.comp, top_k.comp), and only those are read back (at
+    /// the readback's start), not the logits.
+    fn record_ops(&mut self, cb: vk::CommandBuffer, ops: &[Op], n: usize, n_out: usize, tail: StepTail) -> Result<(bool, Vec<u32>), DeviceError> {
         let hp = self.graph.hparams.clone();
         let pl = self.param_layout;
         let (p_tokens, p_pos, p_seq, p_rows, p_toff, p_tables, p_header) =
@@ -1342,12 +1353,21 @@ impl VulkanPlan {
         let logits = &bufs[graph.logits.0 as usize];
         let bytes = (n_out * hp.vocab_size * 4) as u64;
         let mut copies = vec![(self.arena.buffer(logits), logits.offset, 0, bytes)];
-        if argmax {
-            let tokens_offset = argmax_offset(graph);
-            let push = Push::new().addr(logits.address).addr(counters.address + tokens_offset).u32(hp.vocab_size as u32);
-            // (Ordered after the logits by the last op's barrier, before the copy by copy_to_host's.)
-            rec.dispatch(Kernel::Argmax, &push, [n_out as u32, 1, 1])?;
-            copies[0] = (counters_buffer, counters.offset + tokens_offset, 0, (n_out * 4) as u64);
+        // (Ordered after the logits by the last op's barrier, before the copy by copy_to_host's.)
+        match tail {
+            StepTail::Logits => {}
+            StepTail::Argmax => {
+                let tokens_offset = argmax_offset(graph);
+                let push = Push::new().addr(logits.address).addr(counters.address + tokens_offset).u32(hp.vocab_size as u32);
+                rec.dispatch(Kernel::Argmax, &push, [n_out as u32, 1, 1])?;
+                copies[0] = (counters_buffer, counters.offset + tokens_offset, 0, (n_out * 4) as u64);
+            }
+            StepTail::TopK => {
+                let top_offset = top_k_offset(graph);
+                let push = Push::new().addr(logits.address).addr(counters.address + top_offset).u32(hp.vocab_size as u32);
+                rec.dispatch(Kernel::TopK, &push, [n_out as u32, 1, 1])?;
+                copies[0] = (counters_buffer, counters.offset + top_offset, 0, (n_out * TOP_K_MAX * 8) as u64);
+            }
         }
         if grid_barriers {
             // The give-up count, after the largest step's logits.
@@ -1426,8 +1446,14 @@ fn record_prefetch(rec: &mut Recorder<'_>, weights: &[Option<GpuWeight>], ops: &
 /// Bytes of the fused epilogues' counters: one u32 per chunk of 256 outputs of the widest
 /// activation row, for each token of a decode-sized step; then the norm epilogue's partials
 /// (eps and a sum of squares per chunk of a row); then the tokens of a greedy step's argmax
-/// (one per output row, up to [`INT_MAX_TOKENS`]).
+/// (one per output row, up to [`INT_MAX_TOKENS`]); then a sampling step's top-k candidates
+/// ([`TOP_K_MAX`] pairs of token and logit per output row).
 fn counter_bytes(graph: &ForwardGraph) -> u64 {
+    (top_k_offset(graph) + (INT_MAX_TOKENS * TOP_K_MAX * 8) as u64).next_multiple_of(16)
+}
+
+/// Where [`counter_bytes`]'s top-k candidates start.
+fn top_k_offset(graph: &ForwardGraph) -> u64 {
     (argmax_offset(graph) + INT_MAX_TOKENS as u64 * 4).next_multiple_of(16)
 }
 
@@ -2005,9 +2031,9 @@ fn bytemuck_words(bytes: &mut [u8]) -> &mut [u32] {
 }
 
 impl VulkanPlan {
-    /// Runs one step (its logits, or with `argmax` only their argmax tokens, then in the
-    /// readback buffer) and checks what the step's opt-in forms report.
-    fn run_step(&mut self, b: &StepBatch<'_>, argmax: bool) -> Result<(), DeviceError> {
+    /// Runs one step (its logits, or only what `tail` asks of them, then in the readback
+    /// buffer) and checks what the step's opt-in forms report.
+    fn run_step(&mut self, b: &StepBatch<'_>, tail: StepTail) -> Result<(), DeviceError> {
         let limits = BatchLimits {
             max_tokens: self.opts.max_batch_tokens,
             max_outputs: self.opts.max_outputs,
@@ -2019,7 +2045,7 @@ impl VulkanPlan {
         let started = std::time::Instant::now();
         self.write_params(b)?;
         let (n, n_out) = (b.len(), b.output_rows.len());
-        let cb = self.record(n, n_out, argmax)?;
+        let cb = self.record(n, n_out, tail)?;
         let submitted = std::time::Instant::now();
         self.commands.timeline.submit_and_wait(cb)?;
         let waited_ns = submitted.elapsed().as_nanos() as f64;
@@ -2042,7 +2068,7 @@ impl VulkanPlan {
                 ));
             }
         }
-        if let Some(counts) = self.chain_words.get(&(n, n_out, argmax)).filter(|c| !c.is_empty()) {
+        if let Some(counts) = self.chain_words.get(&(n, n_out, tail)).filter(|c| !c.is_empty()) {
             // Every chained stage counted each of its workgroups, and no wait gave up.
             let at = self.opts.max_outputs * vocab * 4 + 4;
             let words = bytes.get(at..at + 4 * counts.len() * CHAIN_LINES as usize).unwrap_or_default();
@@ -2067,7 +2093,7 @@ impl VulkanPlan {
 
 impl ForwardPlan for VulkanPlan {
     fn forward(&mut self, b: &StepBatch<'_>) -> Result<&[f32], DeviceError> {
-        self.run_step(b, false)?;
+        self.run_step(b, StepTail::Logits)?;
         let vocab = self.graph.hparams.vocab_size;
         let n_out = b.output_rows.len();
         let bytes = self.readback.mapped().ok_or_else(|| unsupported(&self.ctx, "the readback buffer is not mapped".into()))?;
@@ -2100,9 +2126,25 @@ impl ForwardPlan for VulkanPlan {
         if on_host || n_out > INT_MAX_TOKENS || vocab_size != self.graph.hparams.vocab_size || self.ctx.info.max_workgroup_invocations < 1024 {
             return Ok(self.forward(b)?.chunks(vocab_size.max(1)).map(strata_model::sampling::argmax).collect());
         }
-        self.run_step(b, true)?;
+        self.run_step(b, StepTail::Argmax)?;
         let bytes = self.readback.mapped().ok_or_else(|| unsupported(&self.ctx, "the readback buffer is not mapped".into()))?;
-        Ok(bytes[..n_out * 4].chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+        Ok(conv::u32_from_bytes(&bytes[..n_out * 4]))
+    }
+
+    /// The top-k on the GPU (top_k.comp, up to [`TOP_K_MAX`]): the host reads 512 bytes a row
+    /// instead of the row's logits.
+    fn forward_top_k(&mut self, b: &StepBatch<'_>, vocab_size: usize, k: usize) -> Result<Vec<Vec<Candidate>>, DeviceError> {
+        let n_out = b.output_rows.len();
+        static ON_HOST: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        // `STRATA_VULKAN_TOP_K=host`: the logits read back and their top-k taken on the host
+        // (for comparison).
+        let on_host = *ON_HOST.get_or_init(|| std::env::var("STRATA_VULKAN_TOP_K").as_deref() == Ok("host"));
+        if on_host || k > TOP_K_MAX || n_out > INT_MAX_TOKENS || vocab_size != self.graph.hparams.vocab_size || self.ctx.info.max_workgroup_invocations < 1024 {
+            return Ok(self.forward(b)?.chunks(vocab_size.max(1)).map(|row| strata_model::sampling::top_k(row, k)).collect());
+        }
+        self.run_step(b, StepTail::TopK)?;
+        let bytes = self.readback.mapped().ok_or_else(|| unsupported(&self.ctx, "the readback buffer is not mapped".into()))?;
+        Ok(conv::u32_from_bytes(&bytes[..n_out * TOP_K_MAX * 8]).chunks_exact(TOP_K_MAX * 2).map(|row| top_k_candidates(row, k)).collect())
     }
 
     fn device_name(&self) -> String {
