@@ -416,9 +416,14 @@ impl Engine {
         let tables = [r.table.as_slice()];
         let batch = StepBatch { tokens: &[token], positions: &positions, seq_of_token: &[0], block_tables: &tables, output_rows: &[0] };
         let t1 = Instant::now();
-        let next = self.plan_for(true, 1).forward_argmax(&batch, vocab)?;
+        let plan = self.plan_for(true, 1);
+        let next = match bench_top_k() {
+            // The same token through the top-k path (its cost, for benchmarks).
+            Some(k) => plan.forward_top_k(&batch, vocab, k)?.first().map(|c| c.first().map_or(0, |c| c.token)),
+            None => plan.forward_argmax(&batch, vocab)?.first().copied(),
+        };
         let t2 = Instant::now();
-        let next = next.first().copied().ok_or_else(|| EngineError::Device(DeviceError::BadBatch("a greedy step returned no token".into())))?;
+        let next = next.ok_or_else(|| EngineError::Device(DeviceError::BadBatch("a greedy step returned no token".into())))?;
         self.kv.commit_batch(vec![(seq, vec![token])])?;
         phases.add([t1 - t0, t2 - t1, t2.elapsed()]);
         Ok(next)
@@ -808,6 +813,14 @@ impl Engine {
     pub fn max_step_tokens(&self) -> usize {
         self.opts.ubatch
     }
+}
+
+/// `STRATA_BENCH_TOP_K=K` (1 to 64): greedy decode steps take their token as the first of the
+/// device's top-K candidates instead of its argmax (the same token), to measure what a top-k
+/// sampler's step costs; a developer knob read once.
+fn bench_top_k() -> Option<usize> {
+    static K: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    *K.get_or_init(|| std::env::var("STRATA_BENCH_TOP_K").ok().and_then(|v| v.parse().ok()).filter(|k| (1..=64).contains(k)))
 }
 
 /// Appends `top` to a step's candidates; returns where they are.
