@@ -126,8 +126,8 @@ impl Default for ContextOptions {
 
 /// A Vulkan instance and logical device with one compute queue.
 pub struct VulkanContext {
-    _entry: ash::Entry,
-    pub(crate) instance: ash::Instance,
+    /// The instance the device was created from, given back when the device is destroyed.
+    pooled: &'static PooledInstance,
     pub(crate) device: ash::Device,
     pub(crate) queue: vk::Queue,
     pub(crate) queue_family: u32,
@@ -143,6 +143,48 @@ pub struct VulkanContext {
     pub(crate) variant: super::kernels::ShaderVariant,
     /// Decode-sized steps compute the CPU device's bits ([`ContextOptions::exact`]).
     pub(crate) exact: bool,
+}
+
+/// The Vulkan loader and an instance, created once and never destroyed ([`take_instance`]).
+struct PooledInstance {
+    _entry: ash::Entry,
+    instance: ash::Instance,
+}
+
+/// Instances no context or listing is using.
+static IDLE_INSTANCES: std::sync::Mutex<Vec<&'static PooledInstance>> = std::sync::Mutex::new(Vec::new());
+
+/// An instance of its own for a context or a listing, from the idle ones or a new one; given
+/// back with [`give_back_instance`], never destroyed. NVIDIA's driver (580, H200) refuses
+/// `vkCreateInstance` with ERROR_INCOMPATIBLE_DRIVER once about 30 instances have been created
+/// and destroyed in one process (`gpu/examples/context_churn.rs`: the sixteenth round of a
+/// listing and a context; a test binary met it at its sixteenth test), and a public report has
+/// it misnumbering subgroup invocations after ~11 such cycles. Yet one instance shared by
+/// threads whose devices ran at the same time hung the same driver (the test binary on its
+/// threads). So each user has an instance of its own, and a process creates only as many as it
+/// ever uses at once.
+fn take_instance() -> Result<&'static PooledInstance, DeviceError> {
+    if let Some(idle) = IDLE_INSTANCES.lock().unwrap_or_else(std::sync::PoisonError::into_inner).pop() {
+        return Ok(idle);
+    }
+    let entry = load_entry()?;
+    let instance = create_instance(&entry)?;
+    INSTANCES_CREATED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    // Leaked on purpose: it goes back to the idle list, to the process's end.
+    Ok(Box::leak(Box::new(PooledInstance { _entry: entry, instance })))
+}
+
+static INSTANCES_CREATED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Vulkan instances this process has created: as many as it ever used at once (device listings
+/// and contexts), since each is reused and none destroyed.
+pub fn instances_created() -> usize {
+    INSTANCES_CREATED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Makes `instance` available to the next user (nothing created from it may still live).
+fn give_back_instance(instance: &'static PooledInstance) {
+    IDLE_INSTANCES.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(instance);
 }
 
 fn load_entry() -> Result<ash::Entry, DeviceError> {
@@ -229,13 +271,12 @@ fn describe(instance: &ash::Instance, index: u32, pd: vk::PhysicalDevice) -> Res
 /// # Errors
 /// [`DeviceError::NotAvailable`] when there is no Vulkan loader; a Vulkan error otherwise.
 pub fn list_devices() -> Result<Vec<DeviceInfo>, DeviceError> {
-    let entry = load_entry()?;
-    let instance = create_instance(&entry)?;
-    // SAFETY: the instance is valid until destroyed below.
+    let pooled = take_instance()?;
+    let instance = &pooled.instance;
+    // SAFETY: the instance is never destroyed.
     let pds = unsafe { instance.enumerate_physical_devices() };
-    let result = pds.map_err(|e| vk_error("vulkan", "vkEnumeratePhysicalDevices", e)).and_then(|pds| pds.iter().enumerate().map(|(i, &pd)| describe(&instance, i as u32, pd)).collect());
-    // SAFETY: nothing created from the instance outlives it.
-    unsafe { instance.destroy_instance(None) };
+    let result = pds.map_err(|e| vk_error("vulkan", "vkEnumeratePhysicalDevices", e)).and_then(|pds| pds.iter().enumerate().map(|(i, &pd)| describe(instance, i as u32, pd)).collect());
+    give_back_instance(pooled);
     result
 }
 
@@ -254,19 +295,19 @@ impl VulkanContext {
     /// # Errors
     /// As [`VulkanContext::new`].
     pub fn with_options(index: u32, options: ContextOptions) -> Result<Arc<VulkanContext>, DeviceError> {
-        let entry = load_entry()?;
-        let instance = create_instance(&entry)?;
-        match Self::open(entry, &instance, index, options) {
+        let pooled = take_instance()?;
+        match Self::open(pooled, index, options) {
             Ok(ctx) => Ok(Arc::new(ctx)),
             Err(e) => {
-                // SAFETY: the failed open destroyed whatever it created from the instance.
-                unsafe { instance.destroy_instance(None) };
+                // (A failed open destroyed whatever it created from the instance.)
+                give_back_instance(pooled);
                 Err(e)
             }
         }
     }
 
-    fn open(entry: ash::Entry, instance: &ash::Instance, index: u32, options: ContextOptions) -> Result<VulkanContext, DeviceError> {
+    fn open(pooled: &'static PooledInstance, index: u32, options: ContextOptions) -> Result<VulkanContext, DeviceError> {
+        let instance = &pooled.instance;
         let name = format!("vulkan:{index}");
         // SAFETY: the instance is valid.
         let pds = unsafe { instance.enumerate_physical_devices() }.map_err(|e| vk_error(&name, "vkEnumeratePhysicalDevices", e))?;
@@ -334,7 +375,7 @@ impl VulkanContext {
         let memory_fd = info.has(EXT_EXTERNAL_MEMORY_FD).then(|| ash::khr::external_memory_fd::Device::new(instance, &device));
         let pipeline_stats = has_stats.then(|| ash::khr::pipeline_executable_properties::Device::new(instance, &device));
         tracing::info!(device = %name, gpu = %info.name, driver = %info.driver, subgroup = info.subgroup_size, integer_dot_product, "Vulkan device opened");
-        Ok(VulkanContext { _entry: entry, instance: instance.clone(), device, queue, queue_family, info, memory_properties, host_import, memory_fd, pipeline_stats, integer_dot_product, variant, exact })
+        Ok(VulkanContext { pooled, device, queue, queue_family, info, memory_properties, host_import, memory_fd, pipeline_stats, integer_dot_product, variant, exact })
     }
 
     /// The device's description.
@@ -375,7 +416,7 @@ impl Drop for VulkanContext {
         unsafe {
             let _ = self.device.device_wait_idle();
             self.device.destroy_device(None);
-            self.instance.destroy_instance(None);
         }
+        give_back_instance(self.pooled);
     }
 }

@@ -19,7 +19,7 @@ pub mod ops;
 pub mod plan;
 pub mod probe;
 
-pub use context::{list_devices, ContextOptions, DeviceInfo, VulkanContext};
+pub use context::{instances_created, list_devices, ContextOptions, DeviceInfo, VulkanContext};
 pub use memory::VulkanKvMemory;
 pub use plan::{chained_stages_recorded, norm_epilogues_recorded, persistent_ffn_recorded, KvSource, VulkanOptions, VulkanPlan};
 
