@@ -31,6 +31,47 @@ pub const ENV_PREFIX: &str = "STRATA_";
 /// kernels).
 pub const ENV_ALLOWLIST: &[&str] = &["STRATA_CONFIG", "STRATA_LOG", "STRATA_CPU_WIDE_TILES"];
 
+/// Developers' switches that the kernels and the engine read for measurements (README,
+/// "Developer knobs"): other forms of a kernel, opt-in fusions, profiles. Accepted (the server
+/// logs those set, since they change what runs) and left to the code that reads them, so that a
+/// form can be measured through the server as through `bench`. Every `STRATA_` variable the code
+/// reads is in this list or in [`ENV_ALLOWLIST`] (a test checks the sources).
+pub const ENV_DEVELOPER_KNOBS: &[&str] = &[
+    "STRATA_ATTENTION_GQA_FROM",
+    "STRATA_ATTENTION_GQA_SPLITS",
+    "STRATA_ATTENTION_SPLIT",
+    "STRATA_BENCH_TOP_K",
+    "STRATA_CPU_FUSE_ROWS",
+    "STRATA_KV_POLL_US",
+    "STRATA_MATVEC1_ROWS",
+    "STRATA_MATVEC_LANES",
+    "STRATA_MATVEC_ROWS",
+    "STRATA_MATVEC_UNROLL",
+    "STRATA_MATVEC_UNROLL_LONG",
+    "STRATA_SWIGLU_PAIRS",
+    "STRATA_VULKAN_ARGMAX",
+    "STRATA_VULKAN_ATTENTION",
+    "STRATA_VULKAN_CHAIN",
+    "STRATA_VULKAN_CHAIN_GROUPS",
+    "STRATA_VULKAN_EXACT",
+    "STRATA_VULKAN_FUSE_ATTENTION",
+    "STRATA_VULKAN_FUSE_COMBINE",
+    "STRATA_VULKAN_FUSE_QKV",
+    "STRATA_VULKAN_FUSE_SWIGLU",
+    "STRATA_VULKAN_FUSE_SWIGLU_PRODUCT",
+    "STRATA_VULKAN_GEMM",
+    "STRATA_VULKAN_INT_DOT",
+    "STRATA_VULKAN_NORM_EPILOGUE",
+    "STRATA_VULKAN_NORM_PROLOGUE",
+    "STRATA_VULKAN_PERSISTENT_FFN",
+    "STRATA_VULKAN_PERSISTENT_GROUPS",
+    "STRATA_VULKAN_PREFETCH_MB",
+    "STRATA_VULKAN_PROFILE",
+    "STRATA_VULKAN_READBACK",
+    "STRATA_VULKAN_TOP_K",
+    "STRATA_VULKAN_WAIT",
+];
+
 /// One override: `STRATA_<SECTION>__<KEY>=<value>`.
 #[derive(Debug, Clone)]
 pub(crate) struct Override {
@@ -92,7 +133,7 @@ pub(crate) fn collect(
         .collect();
     sorted.sort();
     for (var, raw) in sorted {
-        if ENV_ALLOWLIST.contains(&var.as_str()) {
+        if ENV_ALLOWLIST.contains(&var.as_str()) || ENV_DEVELOPER_KNOBS.contains(&var.as_str()) {
             continue;
         }
         let rest = &var[ENV_PREFIX.len()..];
@@ -109,7 +150,7 @@ pub(crate) fn collect(
                 message: format!(
                     "not a config override: overrides are named STRATA_<SECTION>__<KEY> (two underscores \
                      between section and key, like STRATA_KV__MAX_CONTEXT); the only other STRATA_ variables \
-                     are {}{hint}",
+                     are {} and the developer knobs the README lists{hint}",
                     ENV_ALLOWLIST.join(" and ")
                 ),
             });

@@ -27,7 +27,8 @@
 //! Every other `STRATA_*` variable is refused, so a typo cannot silently do nothing, except those
 //! in [`ENV_ALLOWLIST`]: `STRATA_CONFIG` (the config path, read by the binary), `STRATA_LOG` (a
 //! log filter that replaces `log.level`, read by the binary) and `STRATA_CPU_WIDE_TILES` (a
-//! kernel switch for measurements).
+//! kernel switch for measurements), and the developers' measurement switches in
+//! [`ENV_DEVELOPER_KNOBS`].
 //!
 //! # Errors
 //!
@@ -65,7 +66,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 pub use device::{DeviceSpec, ParseDeviceError, DEVICE_FORMS};
-pub use env::{ENV_ALLOWLIST, ENV_PREFIX};
+pub use env::{ENV_ALLOWLIST, ENV_DEVELOPER_KNOBS, ENV_PREFIX};
 pub use error::{ConfigError, Location, Problem};
 pub use schema::{
     BatchingConfig, Config, CpuProducts, DevicesConfig, ExpertCache, ExpertsConfig, IoConfig, KvConfig, KvDtype,

@@ -575,6 +575,62 @@ fn env_without_double_underscore_is_refused_with_a_suggestion() {
 }
 
 #[test]
+fn developer_knobs_are_accepted_and_near_misses_are_not() {
+    let c = parse_env(
+        MODEL,
+        &[("STRATA_VULKAN_PROFILE", "steps"), ("STRATA_MATVEC_LANES", "64"), ("STRATA_VULKAN_TOP_K", "host")],
+    );
+    assert!(c.is_ok(), "{c:?}");
+    // A typo of a knob is still refused.
+    let p = one_problem(parse_env(MODEL, &[("STRATA_VULKAN_PROFIL", "1")]));
+    assert_eq!(p.location.env_var(), Some("STRATA_VULKAN_PROFIL"));
+    assert!(p.message.contains("developer knobs"), "{p}");
+}
+
+/// Every `STRATA_` variable the workspace's code names (outside its tests) is a config override
+/// (`SECTION__KEY`), allowlisted or a developer knob: a knob the lists miss would make the server
+/// refuse to start where `bench` takes it.
+#[test]
+fn every_strata_variable_the_code_reads_is_accepted() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut missing = BTreeSet::new();
+    let mut seen = 0usize;
+    let mut stack = vec![root.clone()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if path.is_dir() {
+                if !["target", "tests", ".git", "fuzz", "node_modules"].contains(&name.as_str()) && !name.starts_with('.') {
+                    stack.push(path);
+                }
+                continue;
+            }
+            if !name.ends_with(".rs") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            for (at, _) in text.match_indices("\"STRATA_") {
+                let rest = &text[at + 1..];
+                let end = rest.find('"').unwrap_or(0);
+                let var = &rest[..end];
+                if var.len() <= "STRATA_".len() || var.contains("__") || !var.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_') {
+                    continue;
+                }
+                seen += 1;
+                // (Set by actors/build.rs at build time, not read at run time.)
+                if var != "STRATA_GIT_REVISION" && !ENV_ALLOWLIST.contains(&var) && !ENV_DEVELOPER_KNOBS.contains(&var) {
+                    missing.insert(format!("{var} ({})", path.strip_prefix(&root).unwrap_or(&path).display()));
+                }
+            }
+        }
+    }
+    assert!(seen > 20, "the scan found the knobs ({seen} names): it reads the sources");
+    assert!(missing.is_empty(), "STRATA_ variables the code reads that the server would refuse: {missing:?}");
+}
+
+#[test]
 fn env_override_of_a_non_table_section() {
     let p = one_problem(parse_env(
         &format!("kv = 3\n{MODEL}"),

@@ -77,6 +77,10 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 return Ok(ExitCode::SUCCESS);
             }
             init_logging(&config.log.level, config.log.format == strata_config::LogFormat::Json);
+            // Developer knobs change which kernels run: say so where the operator looks.
+            for (var, value) in Config::process_env().iter().filter(|(k, _)| strata_config::ENV_DEVELOPER_KNOBS.contains(&k.as_str())) {
+                tracing::warn!(%var, %value, "a developer knob is set (README, \"Developer knobs\")");
+            }
             serve::run(config)
         }
     }
