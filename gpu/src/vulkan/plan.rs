@@ -256,6 +256,7 @@ struct ParamLayout {
     positions: usize,
     seq_of_token: usize,
     output_rows: usize,
+    /// Per token: the offset of its sequence's block table in `tables`.
     table_offsets: usize,
     tables: usize,
     tables_capacity: usize,
@@ -350,7 +351,7 @@ impl ParamLayout {
         let seq_of_token = positions + max_tokens;
         let output_rows = seq_of_token + max_tokens;
         let table_offsets = output_rows + max_outputs;
-        let tables = table_offsets + max_seqs + 1;
+        let tables = table_offsets + max_tokens;
         let tables_capacity = max_seqs * max_blocks_per_seq;
         ParamLayout { tokens, positions, seq_of_token, output_rows, table_offsets, tables, tables_capacity, total: tables + tables_capacity }
     }
@@ -793,10 +794,19 @@ impl VulkanPlan {
         words[pl.seq_of_token..pl.seq_of_token + n].copy_from_slice(b.seq_of_token);
         words[pl.output_rows..pl.output_rows + b.output_rows.len()].copy_from_slice(b.output_rows);
         let mut at = 0usize;
-        for (s, t) in b.block_tables.iter().enumerate() {
-            words[pl.table_offsets + s] = at as u32;
+        let mut seq_table_at = Vec::with_capacity(n_seqs);
+        for t in b.block_tables {
+            seq_table_at.push(at as u32);
             words[pl.tables + at..pl.tables + at + t.len()].copy_from_slice(t);
             at += t.len();
+        }
+        // Each token's table offset, resolved here: the kernels then find a cell in two
+        // dependent reads (its table entry, then the cell) instead of three.
+        for (t, &s) in b.seq_of_token.iter().enumerate() {
+            let Some(&offset) = seq_table_at.get(s as usize) else {
+                return Err(DeviceError::BadBatch(format!("token {t} names sequence {s}; the step has {n_seqs} block tables")));
+            };
+            words[pl.table_offsets + t] = offset;
         }
         Ok(())
     }

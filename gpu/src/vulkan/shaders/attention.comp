@@ -23,6 +23,8 @@ layout(push_constant) uniform Push {
     uint64_t v_cache;
     uint64_t positions;
     uint64_t seq_of_token;
+    // Per token: where its sequence's block table starts in `tables` (resolved by the host, so
+    // a cell is two dependent reads away, not three).
     uint64_t table_offsets;
     uint64_t tables;
     uint64_t header;
@@ -55,7 +57,7 @@ void main() {
     uint len = U32s(pc.positions).v[t] + 1;
     uint j_begin = split * split_len;
     uint j_end = min(len, j_begin + split_len);
-    uint table_offset = U32s(pc.table_offsets).v[U32s(pc.seq_of_token).v[t]];
+    uint table_offset = U32s(pc.table_offsets).v[t];
     U32s tables = U32s(pc.tables);
     F16s vc = F16s(pc.v_cache);
 

@@ -25,6 +25,8 @@ layout(push_constant) uniform Push {
     uint64_t v_cache;
     uint64_t positions;
     uint64_t seq_of_token;
+    // Per token: where its sequence's block table starts in `tables` (resolved by the host, so
+    // a cell is two dependent reads away, not three).
     uint64_t table_offsets;
     uint64_t tables;
     uint64_t out_;
@@ -119,7 +121,7 @@ void main() {
     uint len = U32s(pc.positions).v[t] + 1;
     U32s seqs = U32s(pc.seq_of_token);
     uint seq = seqs.v[t];
-    uint table_offset = U32s(pc.table_offsets).v[seq];
+    uint table_offset = U32s(pc.table_offsets).v[t];
     U32s tables = U32s(pc.tables);
     // A sequence with several tokens in this step is prefilling: ggml sums it as a matrix.
     uint tokens_of_seq = 0;

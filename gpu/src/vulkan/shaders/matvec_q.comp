@@ -49,6 +49,8 @@ layout(push_constant) uniform Push {
     uint64_t table;
     uint64_t positions;
     uint64_t seq_of_token;
+    // Per token: where its sequence's block table starts in `tables` (resolved by the host, so
+    // a cell is two dependent reads away, not three).
     uint64_t table_offsets;
     uint64_t tables;
 #if defined(NORM_PROLOGUE)

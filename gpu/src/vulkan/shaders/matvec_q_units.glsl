@@ -189,8 +189,7 @@ void UNITS_FN(uint wg) {
             F32s(PC(out_)).v[pair.x] = v[0];
             F32s(PC(out_)).v[pair.y] = v[1];
         } else {
-            uint seq = U32s(PC(seq_of_token)).v[0];
-            uint at = kv_cell(U32s(PC(tables)), U32s(PC(table_offsets)).v[seq], pos, PC(block_size)) * PC(row_stride);
+            uint at = kv_cell(U32s(PC(tables)), U32s(PC(table_offsets)).v[0], pos, PC(block_size)) * PC(row_stride);
             F16s(PC(out_)).v[at + pair.x] = float16_t(f16_rne(v[0]));
             F16s(PC(out_)).v[at + pair.y] = float16_t(f16_rne(v[1]));
         }

@@ -16,6 +16,8 @@ layout(push_constant) uniform Push {
     uint64_t v_cache;
     uint64_t positions;
     uint64_t seq_of_token;
+    // Per token: where its sequence's block table starts in `tables` (resolved by the host, so
+    // a cell is two dependent reads away, not three).
     uint64_t table_offsets;
     uint64_t tables;
     uint q_stride;
@@ -31,8 +33,7 @@ layout(push_constant) uniform Push {
 
 uint cell_of(uint t) {
     uint pos = U32s(pc.positions).v[t];
-    uint seq = U32s(pc.seq_of_token).v[t];
-    return kv_cell(U32s(pc.tables), U32s(pc.table_offsets).v[seq], pos, pc.block_size);
+    return kv_cell(U32s(pc.tables), U32s(pc.table_offsets).v[t], pos, pc.block_size);
 }
 
 void main() {

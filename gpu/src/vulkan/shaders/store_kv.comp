@@ -12,6 +12,8 @@ layout(push_constant) uniform Push {
     uint64_t v_cache;
     uint64_t positions;
     uint64_t seq_of_token;
+    // Per token: where its sequence's block table starts in `tables` (resolved by the host, so
+    // a cell is two dependent reads away, not three).
     uint64_t table_offsets;
     uint64_t tables;
     uint width;
@@ -28,8 +30,7 @@ void main() {
     uint t = gid / pc.width;
     uint e = gid % pc.width;
     uint pos = U32s(pc.positions).v[t];
-    uint seq = U32s(pc.seq_of_token).v[t];
-    uint cell = kv_cell(U32s(pc.tables), U32s(pc.table_offsets).v[seq], pos, pc.block_size);
+    uint cell = kv_cell(U32s(pc.tables), U32s(pc.table_offsets).v[t], pos, pc.block_size);
     F16s(pc.k_cache).v[cell * pc.row_stride + e] = float16_t(f16_rne(F32s(pc.k).v[t * pc.width + e]));
     F16s(pc.v_cache).v[cell * pc.row_stride + e] = float16_t(f16_rne(F32s(pc.v).v[t * pc.width + e]));
 }
