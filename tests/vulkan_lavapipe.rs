@@ -420,6 +420,19 @@ fn vulkan_norm_after_the_residual_add_agrees_with_the_norm_stage() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Lone projections of 7B-wide rows in 128 lanes a row (`STRATA_MATVEC_LONE_128=1`: one block a
+/// lane instead of 64 lanes taking two in turn): another summation order, as close to the CPU
+/// device. On a model of Qwen2.5-7B's width (its output projection: 3,584 rows of 112 blocks;
+/// the small vocabulary's logits too), 80 positions, one token a step; every logit must change.
+#[test]
+fn vulkan_lone_projections_in_128_lanes_agree_with_the_cpu() {
+    let dir = std::env::temp_dir().join(format!("strata-vulkan-lone-128-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let models = vec![("tiny-qwen2-7b-width", synthetic_model(&dir, "tiny-qwen2-7b-width", strata_quant::GgmlType::Q4_K, 11))];
+    assert_switch_stays_as_close_to_the_cpu("lone projections in 128 lanes", "STRATA_MATVEC_LONE_128", models, |_| true, None);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Runs the models the staged kernels' layouts call for (the default model: Q8_0-style records,
 /// 64 lanes a row; Qwen2 1,280 wide: Q8_K records, the norm in two passes; Qwen2 with FFN rows
 /// of 4,608: down with 128 lanes a row and two items in flight, as a 7B shape's), 80 positions

@@ -265,7 +265,7 @@ impl OpBackend for VulkanOps {
                 let records = self.output((n * record_bytes).div_ceil(4))?;
                 let quantize = Push::new().addr(xb.address()).addr(records.address()).u32(cols as u32).u32(cols as u32).u32(n as u32).u32(record_bytes as u32).u32(meta_offset as u32);
                 let push = push.addr(records.address()).addr(out.address()).addr(0).u32(rows as u32).u32(cols as u32).u32(n as u32).u32(record_bytes as u32).u32(rows as u32).u32(meta_offset as u32).u32(0);
-                let (kernel, groups) = super::plan::int_product_dispatch(&self.ctx, format, rows, cols, n);
+                let (kernel, groups) = super::plan::int_product_dispatch(&self.ctx, format, rows, cols, n, true);
                 self.run(|rec| {
                     rec.dispatch(Kernel::QuantizeActInt(r), &quantize, int_quantize_groups(n, cols))?;
                     rec.barrier();

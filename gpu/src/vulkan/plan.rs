@@ -153,7 +153,7 @@ fn exact_unroll(lanes_total: usize, n_tokens: usize) -> u8 {
 /// `n_tokens` activation records (at most [`INT_MAX_TOKENS`]).
 /// In the exact mode ([`VulkanContext::exact`]) the formats that have it take matvec_exact.comp
 /// (the CPU's lane order), others matvec_q.comp.
-pub(crate) fn int_product_dispatch(ctx: &VulkanContext, format: WeightFormat, rows: usize, cols: usize, n_tokens: usize) -> (Kernel, [u32; 3]) {
+pub(crate) fn int_product_dispatch(ctx: &VulkanContext, format: WeightFormat, rows: usize, cols: usize, n_tokens: usize, lone: bool) -> (Kernel, [u32; 3]) {
     if n_tokens > INT_MAX_TOKENS {
         // Prefill chunks: the tiled kernel (`uses_int_product` asks for it only with a tile).
         let tile = int_gemm_tile().unwrap_or(GemmTile::Items4Prefetch);
@@ -165,10 +165,10 @@ pub(crate) fn int_product_dispatch(ctx: &VulkanContext, format: WeightFormat, ro
         let unroll = exact_unroll(rows * lanes, n_tokens);
         (Kernel::MatVecExact { format, nt, unroll }, [rows.div_ceil(128 / lanes) as u32, n_tokens.div_ceil(nt as usize) as u32, 1])
     } else if n_tokens > 1 {
-        let layout = product_layout(ctx, cols);
+        let layout = product_layout(ctx, rows, cols, lone);
         (Kernel::MatVecInt(format, layout), [rows.div_ceil(2 * layout.groups()) as u32, n_tokens.div_ceil(4) as u32, 1])
     } else {
-        let layout = product_layout(ctx, cols);
+        let layout = product_layout(ctx, rows, cols, lone);
         let per_group = one_token_rows(format, layout);
         let groups = [rows.div_ceil(per_group as usize * layout.groups()) as u32, 1, 1];
         if layout == ProductLayout::Lanes128 && matches!(per_group, 2 | 4) && unroll_long_rows() {
@@ -186,15 +186,27 @@ pub(crate) fn int_product_dispatch(ctx: &VulkanContext, format: WeightFormat, ro
 /// where the device's subgroups are wider than a lane group, or where `STRATA_MATVEC_ROWS` asks
 /// for other than 2 rows (those builds have 128 lanes only). A function of the weight's shape,
 /// so every kernel that multiplies a weight (one token, batched, fused) agrees on its bits.
-pub(crate) fn product_layout(ctx: &VulkanContext, cols: usize) -> ProductLayout {
+/// `STRATA_MATVEC_LONE_128=1` (opt-in, read at each recording): 128 lanes also for a lone
+/// projection (`lone`: the only output of its product op, as a 7B's output projection, not
+/// Q/K/V or gate/up) of at most [`SHORT_PRODUCT_ROWS`] rows whose rows would take 64 lanes two
+/// blocks a lane in turn: one wave of workgroups on a large GPU, whose time is then one round of
+/// loads instead of two. (`lone` is the same for a weight in every step, so its bits do not
+/// depend on the batch.) H200, 7B at context 512: the output projection 220 -> 193 us a token,
+/// decode +1.3% (Q4_K) / +0.9% (Q4_1), but 8-sequence batches -1.5%: not the default.
+pub(crate) fn product_layout(ctx: &VulkanContext, rows: usize, cols: usize, lone: bool) -> ProductLayout {
     static KNOB: std::sync::OnceLock<Option<ProductLayout>> = std::sync::OnceLock::new();
     let forced = *KNOB.get_or_init(|| std::env::var("STRATA_MATVEC_LANES").ok().and_then(|v| v.parse().ok()).and_then(ProductLayout::with_lanes));
-    let wanted = forced.unwrap_or(if cols / 32 <= 128 { ProductLayout::Lanes64 } else { ProductLayout::Lanes128 });
+    let blocks = cols / 32;
+    let wide_short = lone && rows <= SHORT_PRODUCT_ROWS && blocks > 64 && std::env::var("STRATA_MATVEC_LONE_128").as_deref() == Ok("1");
+    let wanted = forced.unwrap_or(if blocks <= 128 && !wide_short { ProductLayout::Lanes64 } else { ProductLayout::Lanes128 });
     if int_rows_knob().is_some_and(|r| r != 2) || ctx.info.subgroup_size > wanted.lanes_per_row() {
         return ProductLayout::Lanes128;
     }
     wanted
 }
+
+/// Rows at most of the lone products `STRATA_MATVEC_LONE_128=1` gives 128 lanes a row.
+const SHORT_PRODUCT_ROWS: usize = 8192;
 
 /// attention_exact.comp's scratch per (token, head), in floats: scores (then weights) for the
 /// context, its 16-position chunk sums, 64 value rows of up to 128 dimensions. Returns (floats,
@@ -1041,7 +1053,7 @@ impl VulkanPlan {
                         let [gate, up] = outputs.as_slice() else { unreachable!("checked by fused_swiglu") };
                         let (Some(g), Some(u)) = (weights[gate.weight.0 as usize], weights[up.weight.0 as usize]) else { unreachable!("checked by fused_swiglu") };
                         let (_, out_meta_offset) = int_act_record(g.rows);
-                        let layout = product_layout(ctx, g.cols);
+                        let layout = product_layout(ctx, g.rows, g.cols, false);
                         // The products' input: the records, or with the RMSNorm in their own
                         // workgroups its input row (the norm's weight and eps then follow).
                         let x = match norm {
@@ -1092,7 +1104,7 @@ impl VulkanPlan {
                             let bias = p.bias.and_then(|b| weights[b.0 as usize]).map_or(0, |b| b.address);
                             let rounding = ActRounding::for_format(w.layout.format).ok_or_else(|| unsupported(ctx, "fused QKV without 8-bit activations".into()))?;
                             let out = [addr_of(q_buf), kc, vc][mode];
-                            let layout = product_layout(ctx, w.cols);
+                            let layout = product_layout(ctx, w.rows, w.cols, false);
                             let x = match norm {
                                 Some((x, _, _)) => x,
                                 None => records_at.unwrap_or(rounded[rounding as usize].address),
@@ -1147,7 +1159,7 @@ impl VulkanPlan {
                                 _ => (p.out, 0),
                             };
                             skip_ops = accumulate as usize;
-                            let (kernel, groups) = int_product_dispatch(ctx, w.layout.format, w.rows, w.cols, rows_in);
+                            let (kernel, groups) = int_product_dispatch(ctx, w.layout.format, w.rows, w.cols, rows_in, outputs.len() == 1);
                             // The RMSNorm after the add in this product's last workgroups.
                             let norm_out = (accumulate == 1)
                                 .then(|| norm_epilogue(ctx, graph, weights, ops, op_index + 2, n, out, w.layout.format, chain.enabled))
@@ -1505,7 +1517,7 @@ fn norm_epilogue(ctx: &VulkanContext, graph: &ForwardGraph, weights: &[Option<Gp
     let width = graph.buffer(*input).width;
     let rounding = one_int_rounding(weights, outputs)?;
     let block = if rounding == ActRounding::Q8_K { 256 } else { 32 };
-    if *input != residual || product_input != out || Some(rounding) != ActRounding::for_format(producer) || !width.is_multiple_of(block) || product_layout(ctx, width) == ProductLayout::Lanes32 {
+    if *input != residual || product_input != out || Some(rounding) != ActRounding::for_format(producer) || !width.is_multiple_of(block) || product_layout(ctx, usize::MAX, width, false) == ProductLayout::Lanes32 {
         return None;
     }
     if persistent_ffn(ctx, graph, weights, ops, at, n).is_some() || norm_prologue_fits(ctx, graph, weights, ops, at, n) || read_before_written(&ops[at + 2..], *out) {
@@ -1871,10 +1883,10 @@ fn persistent_ffn(ctx: &VulkanContext, graph: &ForwardGraph, weights: &[Option<G
     }
     let block = if rounding == ActRounding::Q8_K { 256 } else { 32 };
     let q4k = format == WeightFormat::Q4_K;
-    if !g.rows.is_multiple_of(block) || product_layout(ctx, g.cols) != ProductLayout::Lanes64 || swiglu_pairs(format) != if q4k { 2 } else { 1 } {
+    if !g.rows.is_multiple_of(block) || product_layout(ctx, g.rows, g.cols, false) != ProductLayout::Lanes64 || swiglu_pairs(format) != if q4k { 2 } else { 1 } {
         return None;
     }
-    let layout = match int_product_dispatch(ctx, format, d.rows, d.cols, 1).0 {
+    let layout = match int_product_dispatch(ctx, format, d.rows, d.cols, 1, true).0 {
         Kernel::MatVecInt1Unrolled(_, rows) if rows == if q4k { 4 } else { 2 } => FfnLayout::LongRows,
         Kernel::MatVecInt1(_, 2, ProductLayout::Lanes64) => FfnLayout::ShortRows,
         _ => return None,

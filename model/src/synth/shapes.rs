@@ -45,6 +45,7 @@ const NAMES: &[&str] = &[
     "tiny-qwen2-hd128",
     "tiny-qwen2-wide",
     "tiny-qwen2-long-ff",
+    "tiny-qwen2-7b-width",
     "tiny-qwen3",
     "smollm2-135m",
     "qwen2.5-0.5b",
@@ -68,7 +69,9 @@ pub fn shape_names() -> &'static [&'static str] {
 /// - `tiny-qwen2-hd128`: Qwen2.5-7B's head geometry at test size; `tiny-qwen2-wide`: a row of
 ///   1,280 (five 256-blocks, more than a 128-invocation workgroup holds at eight elements each);
 ///   `tiny-qwen2-long-ff`: FFN rows of 4,608 (144 blocks of 32), which the Vulkan device's
-///   one-token down projection reads with 128 lanes a row, as a 7B shape's.
+///   one-token down projection reads with 128 lanes a row, as a 7B shape's;
+///   `tiny-qwen2-7b-width`: Qwen2.5-7B's width and heads (3,584, 28 of 128, 4 KV heads) in two
+///   layers with short FFN rows and a small vocabulary.
 /// - `smollm2-135m`, `qwen2.5-0.5b`, `qwen3-0.6b`, `qwen2.5-7b`, `qwen3-8b`, `llama3-8b`: the
 ///   dimensions of the real models of those names.
 pub fn shape_by_name(name: &str) -> Option<SynthShape> {
@@ -127,6 +130,14 @@ pub fn shape_by_name(name: &str) -> Option<SynthShape> {
             rms_eps: 1e-6,
             tokenizer_pre: "qwen2",
             ..s(Qwen2, 2, 256, 4608, 4, 2, 64, 1024)
+        },
+        // Qwen2.5-7B's attention width (rows of 112 blocks of 32) at test depth.
+        "tiny-qwen2-7b-width" => SynthShape {
+            context_length: 2048,
+            rope_base: 1e6,
+            rms_eps: 1e-6,
+            tokenizer_pre: "qwen2",
+            ..s(Qwen2, 2, 3584, 1024, 28, 4, 128, 1024)
         },
         "tiny-qwen3" => SynthShape {
             context_length: 2048,
