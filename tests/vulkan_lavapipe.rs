@@ -423,7 +423,7 @@ fn vulkan_norm_after_the_residual_add_agrees_with_the_norm_stage() {
 /// Lone projections of 7B-wide rows in 128 lanes a row (`STRATA_MATVEC_LONE_128=1`: one block a
 /// lane instead of 64 lanes taking two in turn): another summation order, as close to the CPU
 /// device. On a model of Qwen2.5-7B's width (its output projection: 3,584 rows of 112 blocks;
-/// the small vocabulary's logits too), 80 positions, one token a step; every logit must change.
+/// the small vocabulary's logits too), 80 positions, one token a step; the logits must change.
 #[test]
 fn vulkan_lone_projections_in_128_lanes_agree_with_the_cpu() {
     let dir = std::env::temp_dir().join(format!("strata-vulkan-lone-128-{}", std::process::id()));

@@ -173,18 +173,9 @@ impl VulkanOps {
         let (long, long_splits) = super::plan::long_context_tokens(a.positions, gqa_from.unwrap_or(u32::MAX));
         let n_splits = n_splits.max(long_splits);
         let header = super::plan::step_header(n_splits, split_len, n, a.n_heads, a.n_kv_heads, long);
-        let mut seq_offsets = Vec::new();
-        let mut flat = Vec::new();
-        for t in a.block_tables {
-            seq_offsets.push(flat.len() as u32);
-            flat.extend_from_slice(t);
-        }
-        // The kernels take each token's table offset (plan.rs resolves them the same way).
-        let offsets = a
-            .seq_of_token
-            .iter()
-            .map(|&s| seq_offsets.get(s as usize).copied().ok_or_else(|| DeviceError::BadBatch(format!("a token names sequence {s}; there are {} block tables", seq_offsets.len()))))
-            .collect::<Result<Vec<u32>, DeviceError>>()?;
+        let flat: Vec<u32> = a.block_tables.concat();
+        let mut offsets = vec![0u32; n];
+        super::plan::token_table_offsets(a.block_tables, a.seq_of_token, &mut offsets)?;
         let hb = self.upload(&u32_bytes(&header))?;
         let qb = self.upload(&conv::f32_bytes(a.q))?;
         let pos = self.upload(&u32_bytes(a.positions))?;

@@ -205,6 +205,27 @@ pub(crate) fn product_layout(ctx: &VulkanContext, rows: usize, cols: usize, lone
     wanted
 }
 
+/// Each token's offset of its sequence's block table in `block_tables` laid end to end (the
+/// `table_offsets` the kernels read: resolved on the host, a K/V cell is then two dependent
+/// reads away, its table entry and the cell, instead of three), written to `out`.
+///
+/// # Errors
+/// [`DeviceError::BadBatch`] for a token naming a sequence past `block_tables`.
+pub(crate) fn token_table_offsets(block_tables: &[&[u32]], seq_of_token: &[u32], out: &mut [u32]) -> Result<(), DeviceError> {
+    let starts: Vec<u32> = block_tables
+        .iter()
+        .scan(0u32, |at, t| {
+            let start = *at;
+            *at += t.len() as u32;
+            Some(start)
+        })
+        .collect();
+    for ((t, &s), offset) in seq_of_token.iter().enumerate().zip(out) {
+        *offset = *starts.get(s as usize).ok_or_else(|| DeviceError::BadBatch(format!("token {t} names sequence {s}; there are {} block tables", starts.len())))?;
+    }
+    Ok(())
+}
+
 /// Rows at most of the lone products `STRATA_MATVEC_LONE_128=1` gives 128 lanes a row.
 const SHORT_PRODUCT_ROWS: usize = 8192;
 
@@ -806,21 +827,11 @@ impl VulkanPlan {
         words[pl.seq_of_token..pl.seq_of_token + n].copy_from_slice(b.seq_of_token);
         words[pl.output_rows..pl.output_rows + b.output_rows.len()].copy_from_slice(b.output_rows);
         let mut at = 0usize;
-        let mut seq_table_at = Vec::with_capacity(n_seqs);
         for t in b.block_tables {
-            seq_table_at.push(at as u32);
             words[pl.tables + at..pl.tables + at + t.len()].copy_from_slice(t);
             at += t.len();
         }
-        // Each token's table offset, resolved here: the kernels then find a cell in two
-        // dependent reads (its table entry, then the cell) instead of three.
-        for (t, &s) in b.seq_of_token.iter().enumerate() {
-            let Some(&offset) = seq_table_at.get(s as usize) else {
-                return Err(DeviceError::BadBatch(format!("token {t} names sequence {s}; the step has {n_seqs} block tables")));
-            };
-            words[pl.table_offsets + t] = offset;
-        }
-        Ok(())
+        token_table_offsets(b.block_tables, b.seq_of_token, &mut words[pl.table_offsets..pl.table_offsets + n])
     }
 
     fn record(&mut self, n: usize, n_out: usize, tail: StepTail) -> Result<vk::CommandBuffer, DeviceError> {
