@@ -170,6 +170,11 @@ fn main() {
             let d: Vec<&str> = defines.iter().map(String::as_str).collect();
             compile_with(&glslc, "matvec_exact", &format!("matvec_exact_t{nt}_u{unroll}_{}", ty.to_lowercase()), &d, &out);
             compile_with(&glslc, "matvec_exact", &format!("matvec_exact_t{nt}_u{unroll}_{}_f64fma", ty.to_lowercase()), &[d.as_slice(), &["FMA_F64"]].concat(), &out);
+            if *ty == "Q4_K" {
+                // The AVX2 level's lane order (kernels.rs, KQuantOrder).
+                compile_with(&glslc, "matvec_exact", &format!("matvec_exact_t{nt}_u{unroll}_q4_k_l8"), &[d.as_slice(), &["K_LANES8"]].concat(), &out);
+                compile_with(&glslc, "matvec_exact", &format!("matvec_exact_t{nt}_u{unroll}_q4_k_l8_f64fma"), &[d.as_slice(), &["K_LANES8", "FMA_F64"]].concat(), &out);
+            }
         }
     }
     for ty in TYPES {

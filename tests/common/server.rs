@@ -63,7 +63,9 @@ pub fn split_devices() -> bool {
 }
 
 /// The test configuration: config/examples/dev.toml's shape, the default model, 2 threads, a
-/// timing log in the server's temporary folder. `listen` comes from the environment.
+/// timing log in the server's temporary folder. `listen` comes from the environment. Requests
+/// may take as long as a test call waits (`http::CALL_TIMEOUT`): on lavapipe on a slow 2-core
+/// machine a queued request of 64 tokens has run past 120 s.
 pub fn config_text(dir: &Path) -> String {
     let model = super::default_model();
     let devices = devices_toml();
@@ -75,7 +77,7 @@ threads = 2
 
 [server]
 max_queued_requests = 8
-request_timeout_s = 120
+request_timeout_s = 300
 
 [devices]
 {devices}

@@ -143,6 +143,8 @@ pub struct VulkanContext {
     pub(crate) variant: super::kernels::ShaderVariant,
     /// Decode-sized steps compute the CPU device's bits ([`ContextOptions::exact`]).
     pub(crate) exact: bool,
+    /// The lane order of the exact mode's Q4_K products: the CPU device's on this host.
+    pub(crate) exact_k_order: super::kernels::KQuantOrder,
 }
 
 /// The Vulkan loader and an instance, created once and never destroyed ([`take_instance`]).
@@ -349,6 +351,14 @@ impl VulkanContext {
         if options.exact && !exact {
             tracing::warn!(device = %name, "the exact mode needs integer dot products and shaderFloat64; running the fast kernels");
         }
+        // The Q4_K products follow the CPU device's kernels on this host (their lane order
+        // depends on its SIMD level).
+        let exact_k_order = super::kernels::KQuantOrder::of_this_host().unwrap_or_else(|| {
+            if exact {
+                tracing::warn!(device = %name, "this CPU lacks AVX2: the exact mode's Q4_K products sum in AVX2's order, not the CPU device's portable one (Q4_K logits may differ in the last bits)");
+            }
+            super::kernels::KQuantOrder::Lanes8
+        });
         let variant = match (exact, info.is_cpu()) {
             (false, _) => super::kernels::ShaderVariant::Native,
             (true, false) => super::kernels::ShaderVariant::F64,
@@ -375,7 +385,7 @@ impl VulkanContext {
         let memory_fd = info.has(EXT_EXTERNAL_MEMORY_FD).then(|| ash::khr::external_memory_fd::Device::new(instance, &device));
         let pipeline_stats = has_stats.then(|| ash::khr::pipeline_executable_properties::Device::new(instance, &device));
         tracing::info!(device = %name, gpu = %info.name, driver = %info.driver, subgroup = info.subgroup_size, integer_dot_product, "Vulkan device opened");
-        Ok(VulkanContext { pooled, device, queue, queue_family, info, memory_properties, host_import, memory_fd, pipeline_stats, integer_dot_product, variant, exact })
+        Ok(VulkanContext { pooled, device, queue, queue_family, info, memory_properties, host_import, memory_fd, pipeline_stats, integer_dot_product, variant, exact, exact_k_order })
     }
 
     /// The device's description.
@@ -391,6 +401,11 @@ impl VulkanContext {
     /// Whether decode-sized steps compute the CPU device's bits here (asked for, and possible).
     pub fn exact(&self) -> bool {
         self.exact
+    }
+
+    /// The lane order of the exact mode's Q4_K products: the CPU device's on this host.
+    pub(crate) fn exact_k_order(&self) -> super::kernels::KQuantOrder {
+        self.exact_k_order
     }
 
     /// Which builds of the kernels that have several this device runs.

@@ -78,8 +78,8 @@ pub enum Kernel {
     MatVecIntSwiGluF32Scaled(WeightFormat, ProductLayout, u8),
     /// The integer kernel that computes the CPU device's bits (Q4_0, Q4_1, Q8_0, Q4_K): `nt`
     /// tokens per pass (1 or 4), each lane loading `unroll` blocks ahead (1, 2, 4 or 8; 1 or 2
-    /// with 4 tokens).
-    MatVecExact { format: WeightFormat, nt: u8, unroll: u8 },
+    /// with 4 tokens); Q4_K in the lane order of `k_order`.
+    MatVecExact { format: WeightFormat, nt: u8, unroll: u8, k_order: KQuantOrder },
     /// Tiled matrix product for many tokens (prefill).
     MatMul(WeightFormat),
     /// Tiled product of 8-bit activation records by integer dot products for many tokens
@@ -351,22 +351,58 @@ macro_rules! per_int_format {
     };
 }
 
-/// The CPU-exact builds exist for the 32-element block formats and Q4_K; each also in a build
-/// whose fused multiply-adds go through f64 (`$f64`).
+/// The CPU-exact builds exist for the 32-element block formats and Q4_K (Q4_K in both lane
+/// orders, `$order`); each also in a build whose fused multiply-adds go through f64 (`$f64`).
 macro_rules! per_exact_format {
-    ($f:expr, $kernel:literal, $f64:expr) => {
-        match ($f, $f64) {
-            (WeightFormat::Q4_0, false) => spv!($kernel, "_q4_0"),
-            (WeightFormat::Q4_1, false) => spv!($kernel, "_q4_1"),
-            (WeightFormat::Q8_0, false) => spv!($kernel, "_q8_0"),
-            (WeightFormat::Q4_K, false) => spv!($kernel, "_q4_k"),
-            (WeightFormat::Q4_0, true) => spv!($kernel, "_q4_0_f64fma"),
-            (WeightFormat::Q4_1, true) => spv!($kernel, "_q4_1_f64fma"),
-            (WeightFormat::Q8_0, true) => spv!($kernel, "_q8_0_f64fma"),
-            (WeightFormat::Q4_K, true) => spv!($kernel, "_q4_k_f64fma"),
-            (WeightFormat::Q6_K | WeightFormat::F32 | WeightFormat::F16, _) => &[],
+    ($f:expr, $kernel:literal, $order:expr, $f64:expr) => {
+        match ($f, $order, $f64) {
+            (WeightFormat::Q4_0, _, false) => spv!($kernel, "_q4_0"),
+            (WeightFormat::Q4_1, _, false) => spv!($kernel, "_q4_1"),
+            (WeightFormat::Q8_0, _, false) => spv!($kernel, "_q8_0"),
+            (WeightFormat::Q4_K, KQuantOrder::Lanes16, false) => spv!($kernel, "_q4_k"),
+            (WeightFormat::Q4_K, KQuantOrder::Lanes8, false) => spv!($kernel, "_q4_k_l8"),
+            (WeightFormat::Q4_0, _, true) => spv!($kernel, "_q4_0_f64fma"),
+            (WeightFormat::Q4_1, _, true) => spv!($kernel, "_q4_1_f64fma"),
+            (WeightFormat::Q8_0, _, true) => spv!($kernel, "_q8_0_f64fma"),
+            (WeightFormat::Q4_K, KQuantOrder::Lanes16, true) => spv!($kernel, "_q4_k_f64fma"),
+            (WeightFormat::Q4_K, KQuantOrder::Lanes8, true) => spv!($kernel, "_q4_k_l8_f64fma"),
+            (WeightFormat::Q6_K | WeightFormat::F32 | WeightFormat::F16, _, _) => &[],
         }
     };
+}
+
+/// The lane order of the CPU device's K-quant products, which the exact mode's Q4_K products
+/// follow: the CPU device's kernels sum Q4_K in 16 lanes at the AVX-512 level and in 8 at the
+/// AVX2 one (their 32-element block formats compute the same bits at every level).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum KQuantOrder {
+    /// Sixteen lanes, `_mm512_reduce_add_ps` (strata-quant's AVX-512 VNNI level).
+    Lanes16,
+    /// Eight lanes, ggml's `hsum_float_8` (the AVX2 level).
+    Lanes8,
+}
+
+impl KQuantOrder {
+    /// The order of the kernels the CPU device picks on this host, or `None` on a CPU without
+    /// AVX2 (whose portable kernels sum K-quants in another order that no build follows).
+    pub fn of_this_host() -> Option<KQuantOrder> {
+        use strata_quant::SimdLevel;
+        if SimdLevel::Avx512Vnni.is_available() {
+            Some(KQuantOrder::Lanes16)
+        } else if SimdLevel::Avx2.is_available() {
+            Some(KQuantOrder::Lanes8)
+        } else {
+            None
+        }
+    }
+
+    /// Lanes a row.
+    pub fn lanes(self) -> usize {
+        match self {
+            KQuantOrder::Lanes16 => 16,
+            KQuantOrder::Lanes8 => 8,
+        }
+    }
 }
 
 /// Which build of a kernel a device runs, where a kernel has several (build.rs,
@@ -471,12 +507,12 @@ impl Kernel {
             Kernel::MatVecIntRopeScaled(_, ProductLayout::Lanes32) | Kernel::MatVecIntSwiGluF32Scaled(_, ProductLayout::Lanes32, _) => &[],
             Kernel::AttentionDecodeFused(ActRounding::Q8_0) => spv!("attention_decode_fused_q8_0"),
             Kernel::AttentionDecodeFused(ActRounding::Q8_K) => spv!("attention_decode_fused_q8_k"),
-            Kernel::MatVecExact { format: f, nt: 1, unroll: 1 } => per_exact_format!(f, "matvec_exact_t1_u1", v.fma_via_f64()),
-            Kernel::MatVecExact { format: f, nt: 1, unroll: 2 } => per_exact_format!(f, "matvec_exact_t1_u2", v.fma_via_f64()),
-            Kernel::MatVecExact { format: f, nt: 1, unroll: 4 } => per_exact_format!(f, "matvec_exact_t1_u4", v.fma_via_f64()),
-            Kernel::MatVecExact { format: f, nt: 1, .. } => per_exact_format!(f, "matvec_exact_t1_u8", v.fma_via_f64()),
-            Kernel::MatVecExact { format: f, unroll: 1, .. } => per_exact_format!(f, "matvec_exact_t4_u1", v.fma_via_f64()),
-            Kernel::MatVecExact { format: f, .. } => per_exact_format!(f, "matvec_exact_t4_u2", v.fma_via_f64()),
+            Kernel::MatVecExact { format: f, nt: 1, unroll: 1, k_order: o } => per_exact_format!(f, "matvec_exact_t1_u1", o, v.fma_via_f64()),
+            Kernel::MatVecExact { format: f, nt: 1, unroll: 2, k_order: o } => per_exact_format!(f, "matvec_exact_t1_u2", o, v.fma_via_f64()),
+            Kernel::MatVecExact { format: f, nt: 1, unroll: 4, k_order: o } => per_exact_format!(f, "matvec_exact_t1_u4", o, v.fma_via_f64()),
+            Kernel::MatVecExact { format: f, nt: 1, k_order: o, .. } => per_exact_format!(f, "matvec_exact_t1_u8", o, v.fma_via_f64()),
+            Kernel::MatVecExact { format: f, unroll: 1, k_order: o, .. } => per_exact_format!(f, "matvec_exact_t4_u1", o, v.fma_via_f64()),
+            Kernel::MatVecExact { format: f, k_order: o, .. } => per_exact_format!(f, "matvec_exact_t4_u2", o, v.fma_via_f64()),
             Kernel::MatMul(f) => per_format!(f, "matmul"),
             Kernel::MatMulInt(f, GemmTile::Items4Prefetch) => per_int_format!(f, "matmul_q"),
             Kernel::MatMulInt(f, GemmTile::Items2) => per_int_format!(f, "matmul_q", "_k2"),

@@ -159,11 +159,13 @@ pub(crate) fn int_product_dispatch(ctx: &VulkanContext, format: WeightFormat, ro
         let tile = int_gemm_tile().unwrap_or(GemmTile::Items4Prefetch);
         (Kernel::MatMulInt(format, tile), [rows.div_ceil(tile.rows()) as u32, n_tokens.div_ceil(tile.tokens()) as u32, 1])
     } else if format.has_exact_kernel() && ctx.exact {
-        // 128 invocations per workgroup, 16 (Q4_K) or 8 lanes per row (matvec_exact.comp).
-        let lanes = if format == WeightFormat::Q4_K { 16 } else { 8 };
+        // 128 invocations per workgroup, 8 lanes per row, or Q4_K's in the host CPU's order
+        // (matvec_exact.comp).
+        let k_order = ctx.exact_k_order();
+        let lanes = if format == WeightFormat::Q4_K { k_order.lanes() } else { 8 };
         let nt = if n_tokens == 1 { 1 } else { 4 };
         let unroll = exact_unroll(rows * lanes, n_tokens);
-        (Kernel::MatVecExact { format, nt, unroll }, [rows.div_ceil(128 / lanes) as u32, n_tokens.div_ceil(nt as usize) as u32, 1])
+        (Kernel::MatVecExact { format, nt, unroll, k_order }, [rows.div_ceil(128 / lanes) as u32, n_tokens.div_ceil(nt as usize) as u32, 1])
     } else if n_tokens > 1 {
         let layout = product_layout(ctx, rows, cols, lone);
         (Kernel::MatVecInt(format, layout), [rows.div_ceil(2 * layout.groups()) as u32, n_tokens.div_ceil(4) as u32, 1])

@@ -6,10 +6,13 @@
 //     every 32-element block in turn (the weights in ggml's order: a nibble block's 16 low
 //     nibbles, then its 16 high ones) and adds fma(d_w * d_x, their integer dot, lane); then
 //     ggml's hsum_float_8, plus Q4_1's m * s terms summed block after block;
-//   Q4_K: sixteen lanes (the CPU's AVX-512 tile): lane L takes 4 elements of each 64-element
-//     quarter of every super-block, sums scale * dot over the quarters in integers, and adds
-//     fma(sum, d * d_x, lane), then fma(min * block sum, -dmin * d_x, lane) (lanes 0..7); then
-//     the halving sum of the 16 lanes.
+//   Q4_K, in the lane order of the CPU device's kernels on the host (plan.rs): sixteen lanes
+//     (the AVX-512 tile) or, with K_LANES8, eight (the AVX2 tile). Lane L takes elements
+//     4 (L % 8) .. 4 (L % 8) + 3 of sub-blocks L / 8, L / 8 + 16 / LANES, ... of every
+//     super-block (16 lanes: two of each 64-element quarter; 8 lanes: all eight), sums
+//     scale * dot over them in integers, and adds fma(sum, d * d_x, lane), then
+//     fma(min * block sum, -dmin * d_x, lane) (lanes 0..7, sub-block L's); then the halving sum
+//     of the 16 lanes, or ggml's hsum_float_8 of the 8.
 // A workgroup of 128 invocations holds 128 / LANES rows, one invocation per lane. A lane's loop
 // is a chain over the row's blocks (the CPU's order), so it keeps UNROLL blocks' loads in flight
 // ahead of its arithmetic (long rows, few of them, need many in flight per lane). The arithmetic of a (row, token) does not
@@ -29,7 +32,10 @@ int dot4_i8(uint a, uint b, spirv_literal int packed_vector_format);
 #define UNROLL 1
 #endif
 #define WG 128
-#if defined(TYPE_Q4_K)
+#if defined(TYPE_Q4_K) && defined(K_LANES8)
+#define LANES 8
+#define BLOCK 256
+#elif defined(TYPE_Q4_K)
 #define LANES 16
 #define BLOCK 256
 #else
@@ -64,11 +70,17 @@ const uint NIBBLES = 0x0F0F0F0Fu;
 
 // One block's loads for one lane: the weight word(s), the weight scales, and per token the
 // activation word(s) and the block's (scale bits, quant sum).
+#if defined(TYPE_Q4_K)
+// Words (of four elements) a lane takes from each super-block, and the sub-block of its word i.
+#define K_WORDS (64 / LANES)
+#define K_SUB(i, lane) ((i) * (LANES / 8) + (lane) / 8)
+#endif
+
 struct Loaded {
 #if defined(TYPE_Q4_K)
-    uint wq[4];
+    uint wq[K_WORDS];
     uvec4 head;
-    uint xq[NT][4];
+    uint xq[NT][K_WORDS];
     uvec2 meta[NT];
 #else
     uint wq;
@@ -89,16 +101,16 @@ Loaded load_block(uint row, uint b, uint lane, uint t0) {
 #if defined(TYPE_Q4_K)
     // Super-block: 16 header bytes (d, dmin, 12 scale bytes), then 16 quant bytes per sub-block
     // (conv.rs's layout: element e in byte e % 16, the low nibble for e < 16). Lane L takes
-    // elements 4 (L % 8) .. 4 (L % 8) + 3 of sub-block 2c + L / 8 in quarter c: word (L % 8) % 4
+    // elements 4 (L % 8) .. 4 (L % 8) + 3 of sub-block K_SUB(i, L) for each i: word (L % 8) % 4
     // of it, whose high nibbles hold them for L % 8 >= 4 (nibble_shift below).
     l.head = U32x4s(pc.w).v[blk * 9];
-    [[unroll]] for (uint c = 0; c < 4; c++) {
-        l.wq[c] = U32s(pc.w).v[blk * 36 + 4 + 4 * (2 * c + lane / 8) + (lane % 8) % 4];
+    [[unroll]] for (uint i = 0; i < K_WORDS; i++) {
+        l.wq[i] = U32s(pc.w).v[blk * 36 + 4 + 4 * K_SUB(i, lane) + (lane % 8) % 4];
     }
     [[unroll]] for (uint t = 0; t < NT; t++) {
         uint64_t rec = record(min(t0 + t, pc.n_tokens - 1));
-        [[unroll]] for (uint c = 0; c < 4; c++) {
-            l.xq[t][c] = U32s(rec).v[b * 64 + 16 * c + 8 * (lane / 8) + lane % 8];
+        [[unroll]] for (uint i = 0; i < K_WORDS; i++) {
+            l.xq[t][i] = U32s(rec).v[b * 64 + 8 * K_SUB(i, lane) + lane % 8];
         }
         // Lanes 0..7 add sub-block `lane`'s min times its 32-element quant sum.
         l.meta[t] = U32x2s(rec + pc.meta_offset).v[b * 8 + lane % 8];
@@ -134,16 +146,16 @@ uint minus_8(uint q) {
 void add_block(Loaded l, uint lane, inout float acc[NT], inout float summs[NT]) {
 #if defined(TYPE_Q4_K)
     vec2 dd = unpackHalf2x16(l.head.x);
-    int sc[4];
-    [[unroll]] for (uint c = 0; c < 4; c++) {
-        sc[c] = int(q4k_scale_min(l.head.y, l.head.z, l.head.w, 2 * c + lane / 8).x);
+    int sc[K_WORDS];
+    [[unroll]] for (uint i = 0; i < K_WORDS; i++) {
+        sc[i] = int(q4k_scale_min(l.head.y, l.head.z, l.head.w, K_SUB(i, lane)).x);
     }
     int mn = int(q4k_scale_min(l.head.y, l.head.z, l.head.w, lane % 8).y);
     uint nibble_shift = 4 * ((lane % 8) / 4);
     [[unroll]] for (uint t = 0; t < NT; t++) {
         int isum = 0;
-        [[unroll]] for (uint c = 0; c < 4; c++) {
-            isum += sc[c] * DOT4((l.wq[c] >> nibble_shift) & NIBBLES, l.xq[t][c]);
+        [[unroll]] for (uint i = 0; i < K_WORDS; i++) {
+            isum += sc[i] * DOT4((l.wq[i] >> nibble_shift) & NIBBLES, l.xq[t][i]);
         }
         float dx = uintBitsToFloat(l.meta[t].x);
         int s = lane < 8 ? mn * int(l.meta[t].y) : 0;
@@ -238,7 +250,9 @@ void main() {
             a[i] = lanes_of[base + i][t];
         }
         s = ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+#if !defined(TYPE_Q4_K)
         s += summs[t];
+#endif
 #endif
         uint out_row = gl_WorkGroupID.x * ROWS_PER_WG + row_in_group;
         if (out_row < pc.rows && token < pc.n_tokens) {
