@@ -136,6 +136,23 @@ pub trait ForwardPlan: Send {
         Ok(self.forward(batch)?.chunks(vocab_size.max(1)).map(strata_model::sampling::argmax).collect())
     }
 
+    /// Greedy decode of one sequence in `n_steps` one-token steps: the first step reads
+    /// `first_token` at position `start_pos`, each later one the token the step before picked
+    /// (its argmax, as [`ForwardPlan::forward_argmax`]) at the next position; every position
+    /// must lie in `block_table`. `keep_going` sees each picked token in order and stops the run
+    /// by returning false: steps already submitted then finish and their tokens are dropped
+    /// (their KV cells are written, beyond the tokens returned). Returns the picked tokens.
+    ///
+    /// By default one [`ForwardPlan::forward_argmax`] a step. A GPU submits each step before
+    /// the host has read the token of the step before (the step reads that token where the
+    /// device wrote it), so the device never waits for the host between tokens.
+    ///
+    /// # Errors
+    /// As [`ForwardPlan::forward`]; the KV cells of the run's positions are then unspecified.
+    fn decode_greedy(&mut self, first_token: u32, start_pos: u32, block_table: &[u32], n_steps: usize, vocab_size: usize, keep_going: &mut dyn FnMut(u32) -> bool) -> Result<Vec<u32>, DeviceError> {
+        greedy_steps_one_by_one(self, first_token, start_pos, block_table, n_steps, vocab_size, keep_going)
+    }
+
     /// Runs one step and returns each output row's `k` largest logits with their tokens, largest
     /// first (`strata_model::sampling::top_k`: of equal logits the smaller token, NaNs skipped),
     /// for samplers that cut to the top k. By default taken from the logits on the host; a GPU
@@ -152,6 +169,27 @@ pub trait ForwardPlan: Send {
 
     /// Most tokens one step may hold.
     fn max_batch_tokens(&self) -> usize;
+}
+
+/// [`ForwardPlan::decode_greedy`] one [`ForwardPlan::forward_argmax`] a step (its default, and
+/// a GPU plan's fallback).
+///
+/// # Errors
+/// As [`ForwardPlan::forward`].
+pub fn greedy_steps_one_by_one<P: ForwardPlan + ?Sized>(plan: &mut P, first_token: u32, start_pos: u32, block_table: &[u32], n_steps: usize, vocab_size: usize, keep_going: &mut dyn FnMut(u32) -> bool) -> Result<Vec<u32>, DeviceError> {
+    let mut picked = Vec::with_capacity(n_steps.min(1 << 16));
+    let mut token = first_token;
+    let tables = [block_table];
+    for i in 0..n_steps {
+        let position = u32::try_from(i).ok().and_then(|i| start_pos.checked_add(i)).ok_or_else(|| DeviceError::BadBatch("a greedy run past position 2^32".into()))?;
+        let batch = StepBatch { tokens: &[token], positions: &[position], seq_of_token: &[0], block_tables: &tables, output_rows: &[0] };
+        token = plan.forward_argmax(&batch, vocab_size)?.first().copied().ok_or_else(|| DeviceError::BadBatch("a greedy step returned no token".into()))?;
+        picked.push(token);
+        if !keep_going(token) {
+            break;
+        }
+    }
+    Ok(picked)
 }
 
 /// A device named in the configuration.

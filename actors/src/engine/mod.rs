@@ -429,6 +429,41 @@ impl Engine {
         Ok(next)
     }
 
+    /// `n_steps` greedy decode steps of `seq` after `token` (never stopping early): the picked
+    /// tokens. Reserves the run's KV cells at once and leaves the steps to the device's
+    /// [`ForwardPlan::decode_greedy`] (a GPU keeps two in flight), then commits them. Adds each
+    /// phase's time to `phases` (the device's part as the step's).
+    fn decode_greedy_run(&mut self, seq: SeqId, token: u32, n_steps: usize, phases: &mut DecodePhases) -> Result<Vec<u32>, EngineError> {
+        if n_steps == 0 {
+            return Ok(Vec::new());
+        }
+        if bench_top_k().is_some() {
+            // The top-k path's cost, one step at a time.
+            let mut picked = Vec::with_capacity(n_steps);
+            let mut tok = token;
+            for _ in 0..n_steps {
+                tok = self.decode_greedy(seq, tok, phases)?;
+                picked.push(tok);
+            }
+            return Ok(picked);
+        }
+        let vocab = self.model.hparams.vocab_size;
+        let t0 = Instant::now();
+        let r = self.kv.reserve_batch(vec![(seq, n_steps)])?.pop().ok_or(BrokerError::Gone)??;
+        let start = u32::try_from(r.start_pos).map_err(|_| EngineError::Device(DeviceError::BadBatch(format!("position {} is beyond 2^32", r.start_pos))))?;
+        let t1 = Instant::now();
+        let picked = self.plan_for(true, 1).decode_greedy(token, start, &r.table, n_steps, vocab, &mut |_| true)?;
+        let t2 = Instant::now();
+        if picked.len() != n_steps {
+            return Err(EngineError::Device(DeviceError::BadBatch(format!("a greedy run of {n_steps} steps returned {} tokens", picked.len()))));
+        }
+        // The run's inputs: its first token, then each picked one but the last.
+        let inputs: Vec<u32> = std::iter::once(token).chain(picked[..n_steps - 1].iter().copied()).collect();
+        self.kv.commit_batch(vec![(seq, inputs)])?;
+        phases.add([t1 - t0, t2 - t1, t2.elapsed()]);
+        Ok(picked)
+    }
+
     /// Runs one sequence's `tokens` in ubatch-sized steps; returns the last token's logits, or
     /// every token's when `all_logits`.
     /// `decode`: the tokens are generated ones (they run on the decode device); prompt tokens run
@@ -583,11 +618,9 @@ impl Engine {
             let logits = if prompt.len() > 1 || n_gen == 0 { self.run_tokens(seq, prompt, false, false)? } else { Vec::new() };
             let prefill_ms = t0.elapsed().as_secs_f64() * 1e3;
             let t1 = Instant::now();
-            let mut tok = if logits.is_empty() { prompt[0] } else { strata_model::sampling::argmax(&logits) };
+            let tok = if logits.is_empty() { prompt[0] } else { strata_model::sampling::argmax(&logits) };
             let mut phases = DecodePhases::default();
-            for _ in 0..n_gen {
-                tok = self.decode_greedy(seq, tok, &mut phases)?;
-            }
+            self.decode_greedy_run(seq, tok, n_gen, &mut phases)?;
             let decode_ms = t1.elapsed().as_secs_f64() * 1e3;
             if n_gen > 0 && std::env::var_os("STRATA_VULKAN_PROFILE").is_some() {
                 phases.report(n_gen);
@@ -609,15 +642,14 @@ impl Engine {
         self.kv.start(seq, &[], Owner::Prefill)?;
         let result = (|| {
             let logits = self.run_tokens(seq, prompt, false, false)?;
-            let mut tok = strata_model::sampling::argmax(&logits);
-            let mut out = Vec::with_capacity(n_gen);
-            let mut phases = DecodePhases::default();
-            for i in 0..n_gen {
-                out.push(tok);
-                if i + 1 < n_gen {
-                    tok = self.decode_greedy(seq, tok, &mut phases)?;
-                }
+            let tok = strata_model::sampling::argmax(&logits);
+            if n_gen == 0 {
+                return Ok(Vec::new());
             }
+            let mut phases = DecodePhases::default();
+            let mut out = Vec::with_capacity(n_gen);
+            out.push(tok);
+            out.extend(self.decode_greedy_run(seq, tok, n_gen - 1, &mut phases)?);
             Ok(out)
         })();
         self.kv.end(seq, false)?;

@@ -852,6 +852,19 @@ impl<'a> Recorder<'a> {
         unsafe { self.device.cmd_pipeline_barrier(self.cb, vk::PipelineStageFlags::COMPUTE_SHADER, vk::PipelineStageFlags::TRANSFER, vk::DependencyFlags::empty(), &[mb], &[], &[]) };
     }
 
+    /// Orders everything submitted to the queue before this command buffer (shader and transfer
+    /// accesses alike) before everything after this point: a step submitted while the step
+    /// before still runs.
+    pub fn barrier_after_earlier_submissions(&mut self) {
+        self.pay_barrier();
+        let stages = vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER | vk::PipelineStageFlags::DRAW_INDIRECT;
+        let mb = vk::MemoryBarrier::default().src_access_mask(vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::TRANSFER_WRITE).dst_access_mask(
+            vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::TRANSFER_READ | vk::AccessFlags::TRANSFER_WRITE | vk::AccessFlags::INDIRECT_COMMAND_READ,
+        );
+        // SAFETY: recording.
+        unsafe { self.device.cmd_pipeline_barrier(self.cb, stages, stages, vk::DependencyFlags::empty(), &[mb], &[], &[]) };
+    }
+
     /// Copies `bytes` from `src` to `dst` at the start of a step, before every later shader and
     /// indirect-dispatch read (the host's writes to `src` are visible to the submission).
     pub fn copy_in(&mut self, src: vk::Buffer, dst: vk::Buffer, bytes: u64) {

@@ -425,17 +425,46 @@ impl Timeline {
     /// # Errors
     /// A Vulkan failure, a lost device, or a submission that runs past [`FENCE_TIMEOUT`].
     pub fn submit_and_wait(&mut self, cb: vk::CommandBuffer) -> Result<(), DeviceError> {
+        let target = self.submit(cb)?;
+        self.wait(target)
+    }
+
+    /// Submits one recorded command buffer that signals the next value, and returns that value
+    /// without waiting: the caller must [`Timeline::wait`] for it (or a later value) before the
+    /// command buffer is submitted again, before anything it uses is freed, and before the
+    /// timeline is dropped.
+    ///
+    /// # Errors
+    /// A Vulkan failure submitting it (nothing is then pending).
+    pub fn submit(&mut self, cb: vk::CommandBuffer) -> Result<u64, DeviceError> {
         let ctx = &self.ctx;
-        let name = ctx.name();
         let target = self.value + 1;
         let cbs = [cb];
         let signals = [self.semaphore];
         let values = [target];
         let mut timeline = vk::TimelineSemaphoreSubmitInfo::default().signal_semaphore_values(&values);
         let submit = vk::SubmitInfo::default().command_buffers(&cbs).signal_semaphores(&signals).push_next(&mut timeline);
-        // SAFETY: `cb` is fully recorded and not pending; the semaphore's value only grows.
-        unsafe { ctx.device.queue_submit(ctx.queue, &[submit], vk::Fence::null()) }.map_err(|e| vk_error(&name, "vkQueueSubmit", e))?;
+        // SAFETY: `cb` is fully recorded and not pending (the caller's contract); the
+        // semaphore's value only grows.
+        unsafe { ctx.device.queue_submit(ctx.queue, &[submit], vk::Fence::null()) }.map_err(|e| vk_error(&ctx.name(), "vkQueueSubmit", e))?;
         self.value = target;
+        Ok(target)
+    }
+
+    /// The value the last submission signals (0 before any).
+    pub fn last_submitted(&self) -> u64 {
+        self.value
+    }
+
+    /// Waits until the semaphore reaches `target` (a value a submission signals).
+    ///
+    /// # Errors
+    /// A Vulkan failure, a lost device, or a wait that runs past [`FENCE_TIMEOUT`].
+    pub fn wait(&self, target: u64) -> Result<(), DeviceError> {
+        let ctx = &self.ctx;
+        let name = ctx.name();
+        let signals = [self.semaphore];
+        let values = [target];
         // A GPU's short steps (one decoded token: a few ms) are polled for a while: a blocking
         // wait adds the thread's wake-up latency to every token. Not on a CPU device (lavapipe),
         // whose own threads need the cores.

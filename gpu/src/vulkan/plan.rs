@@ -418,6 +418,8 @@ pub struct VulkanPlan {
     /// The step parameters as the host writes them, and their device-local copy that the kernels
     /// read (copied at the start of each step: a kernel's read then never crosses the bus).
     params: Buffer,
+    /// The second slot's host parameters ([`StepTail::ArgmaxFed`]`(1)`).
+    params_alt: Buffer,
     params_device: Buffer,
     param_layout: ParamLayout,
     readback: Buffer,
@@ -447,6 +449,22 @@ enum StepTail {
     Logits,
     Argmax,
     TopK,
+    /// The argmax of a greedy run's later step ([`VulkanPlan::decode_greedy`]), whose token is
+    /// the one the step before wrote on the device, not the parameters'. The two slots (0, 1)
+    /// alternate: each has its own host parameter buffer and place in the readback, so the host
+    /// writes one step's while the step before runs, and reads a token that the step after
+    /// cannot overwrite.
+    ArgmaxFed(u8),
+}
+
+impl StepTail {
+    /// Which host parameter buffer and readback place the step uses.
+    fn slot(self) -> usize {
+        match self {
+            StepTail::ArgmaxFed(slot) => usize::from(slot & 1),
+            _ => 0,
+        }
+    }
 }
 
 /// Recorded command buffers by step shape, with the pool and the timeline semaphore each step
@@ -732,9 +750,11 @@ impl VulkanPlan {
         let max_seqs = opts.max_seqs.clamp(1, opts.max_batch_tokens);
         let param_layout = ParamLayout::new(opts.max_batch_tokens, opts.max_outputs, max_seqs, max_blocks_per_seq);
         let params = Buffer::new(ctx, (param_layout.total * 4) as u64, MemoryKind::HostVisible, "step parameters")?;
+        let params_alt = Buffer::new(ctx, (param_layout.total * 4) as u64, MemoryKind::HostVisible, "step parameters (second slot)")?;
         let params_device = Buffer::new(ctx, (param_layout.total * 4) as u64, MemoryKind::DeviceLocal, "step parameters (device copy)")?;
-        // The logits, then the grid barriers' give-up count, then the chained stages' words.
-        let readback = Buffer::new(ctx, (opts.max_outputs * hp.vocab_size * 4) as u64 + 4 + chain_bytes(), readback_kind(), "logits readback")?;
+        // The logits, then the grid barriers' give-up count, then the chained stages' words, then
+        // the second slot's token of a greedy run.
+        let readback = Buffer::new(ctx, fed_token_readback(opts.max_outputs, hp.vocab_size) + 16, readback_kind(), "logits readback")?;
         tracing::info!(device = %ctx.name(), weights_mib = weight_bytes >> 20, device_mib = arena.allocated_bytes() >> 20, "Vulkan plan compiled");
         Ok(VulkanPlan {
             commands: CommandCache::new(ctx)?,
@@ -752,6 +772,7 @@ impl VulkanPlan {
             rounded: [rounded_0, rounded_k],
             arena,
             params,
+            params_alt,
             params_device,
             param_layout,
             readback,
@@ -789,7 +810,9 @@ impl VulkanPlan {
         self.params_device.address() + (word * 4) as u64
     }
 
-    fn write_params(&mut self, b: &StepBatch<'_>) -> Result<(), DeviceError> {
+    /// Writes the step's parameters into the host buffer of `slot` ([`StepTail::slot`]), which
+    /// no pending submission may read.
+    fn write_params(&mut self, b: &StepBatch<'_>, slot: usize) -> Result<(), DeviceError> {
         let pl = self.param_layout;
         let n = b.len();
         let n_seqs = b.block_tables.len();
@@ -820,8 +843,9 @@ impl VulkanPlan {
         let n_splits = max_len.div_ceil(split_len).max(long_splits);
         let hp = &self.graph.hparams;
         let header = step_header(n_splits, split_len, n, hp.n_heads, hp.n_kv_heads, long);
-        let bytes = self.params.mapped_mut().ok_or_else(|| unsupported(&self.ctx, "the parameter buffer is not mapped".into()))?;
-        // The buffer is host-coherent and no submission is pending: plain writes.
+        let host = if slot == 1 { &mut self.params_alt } else { &mut self.params };
+        let bytes = host.mapped_mut().ok_or_else(|| unsupported(&self.ctx, "the parameter buffer is not mapped".into()))?;
+        // The buffer is host-coherent and no pending submission reads it: plain writes.
         let words: &mut [u32] = bytemuck_words(bytes);
         words[..header.len()].copy_from_slice(&header);
         words[pl.tokens..pl.tokens + n].copy_from_slice(b.tokens);
@@ -889,7 +913,11 @@ impl VulkanPlan {
         let counters_buffer = self.arena.buffer(&counters);
         let addr_of = |id: BufId| bufs[id.0 as usize].address;
         let params_buffer = self.params_device.buffer;
-        let (params_host, params_bytes) = (self.params.buffer, (pl.total * 4) as u64);
+        let params_host = if tail.slot() == 1 { self.params_alt.buffer } else { self.params.buffer };
+        let params_bytes = (pl.total * 4) as u64;
+        // A greedy run's later step reads its token where the step before left its argmax.
+        let fed = matches!(tail, StepTail::ArgmaxFed(_));
+        let token_addr = if fed { counters.address + argmax_offset(&self.graph) } else { p_tokens };
         let profile_pool = self.profiler.as_ref().map(|p| (p.pool, p.capacity));
         // The per-op timestamps (not in the steps-only profile: only its first and last).
         let op_stamps = profile_pool.filter(|_| self.profiler.as_ref().is_some_and(|p| !p.steps_only));
@@ -900,6 +928,11 @@ impl VulkanPlan {
             unsafe { device.cmd_reset_query_pool(cb, pool, 0, n) };
         }
         let mut rec = Recorder::new(&device, cb, &mut self.pipelines);
+        if fed {
+            // Submitted while the step before may still run: its reads of the parameters come
+            // before the copy over them, its argmax before this step's embedding.
+            rec.barrier_after_earlier_submissions();
+        }
         rec.copy_in(params_host, params_buffer, params_bytes);
         // Only the opt-in fused epilogues count (a fill and a barrier per step otherwise saved).
         if ["STRATA_VULKAN_FUSE_SWIGLU_PRODUCT", "STRATA_VULKAN_FUSE_ATTENTION"].iter().any(|k| std::env::var(k).as_deref() == Ok("1")) {
@@ -948,7 +981,7 @@ impl VulkanPlan {
                 Op::Embed { table, out } => {
                     let w = weights[table.0 as usize].ok_or_else(|| unsupported(ctx, "embedding table not uploaded".into()))?;
                     let width = graph.buffer(*out).width;
-                    let push = Push::new().addr(w.address).addr(w.aux()).addr(p_tokens).addr(bufs[out.0 as usize].address).u32(w.cols as u32).u32(width as u32);
+                    let push = Push::new().addr(w.address).addr(w.aux()).addr(token_addr).addr(bufs[out.0 as usize].address).u32(w.cols as u32).u32(width as u32);
                     rec.dispatch(Kernel::Embed(w.layout.format), &push, [n as u32, 1, 1])?;
                 }
                 Op::RmsNorm { input, weight, out } => {
@@ -1391,11 +1424,12 @@ impl VulkanPlan {
         // (Ordered after the logits by the last op's barrier, before the copy by copy_to_host's.)
         match tail {
             StepTail::Logits => {}
-            StepTail::Argmax => {
+            StepTail::Argmax | StepTail::ArgmaxFed(_) => {
                 let tokens_offset = argmax_offset(graph);
                 let push = Push::new().addr(logits.address).addr(counters.address + tokens_offset).u32(hp.vocab_size as u32);
                 rec.dispatch(Kernel::Argmax, &push, [n_out as u32, 1, 1])?;
-                copies[0] = (counters_buffer, counters.offset + tokens_offset, 0, (n_out * 4) as u64);
+                let to = if tail.slot() == 1 { fed_token_readback(self.opts.max_outputs, hp.vocab_size) } else { 0 };
+                copies[0] = (counters_buffer, counters.offset + tokens_offset, to, (n_out * 4) as u64);
             }
             StepTail::TopK => {
                 let top_offset = top_k_offset(graph);
@@ -1500,6 +1534,12 @@ fn widest_chunks(graph: &ForwardGraph) -> u64 {
 /// Where [`counter_bytes`]'s norm partials start.
 fn norm_partials_offset(graph: &ForwardGraph) -> u64 {
     INT_MAX_TOKENS as u64 * widest_chunks(graph) * 4
+}
+
+/// Where a greedy run's second slot leaves its token in the readback: after the largest
+/// step's logits, the give-up count and the chained stages' words.
+fn fed_token_readback(max_outputs: usize, vocab_size: usize) -> u64 {
+    ((max_outputs * vocab_size * 4) as u64 + 4 + chain_bytes()).next_multiple_of(16)
 }
 
 /// Where [`counter_bytes`]'s argmax tokens start.
@@ -1672,6 +1712,14 @@ fn chain_bytes() -> u64 {
 
 /// Chained stages recorded in this process (`STRATA_VULKAN_CHAIN=1`): for tests that must know
 /// the path was taken.
+static FED_STEPS_SUBMITTED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many greedy steps this process has submitted before the host read the token they
+/// decode ([`StepTail::ArgmaxFed`]: two steps in flight).
+pub fn fed_steps_submitted() -> u64 {
+    FED_STEPS_SUBMITTED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 static CHAINED_STAGES_RECORDED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// How many chained stages (shaders/chain.glsl) this process has recorded.
@@ -2069,18 +2117,9 @@ impl VulkanPlan {
     /// Runs one step (its logits, or only what `tail` asks of them, then in the readback
     /// buffer) and checks what the step's opt-in forms report.
     fn run_step(&mut self, b: &StepBatch<'_>, tail: StepTail) -> Result<(), DeviceError> {
-        let limits = BatchLimits {
-            max_tokens: self.opts.max_batch_tokens,
-            max_outputs: self.opts.max_outputs,
-            vocab_size: self.graph.hparams.vocab_size,
-            block_size: self.opts.block_size,
-            n_blocks: self.kv.layout.params.n_blocks() as usize,
-        };
-        limits.check(b)?;
         let started = std::time::Instant::now();
-        self.write_params(b)?;
+        let cb = self.prepare_step(b, tail)?;
         let (n, n_out) = (b.len(), b.output_rows.len());
-        let cb = self.record(n, n_out, tail)?;
         let submitted = std::time::Instant::now();
         self.commands.timeline.submit_and_wait(cb)?;
         let waited_ns = submitted.elapsed().as_nanos() as f64;
@@ -2126,6 +2165,87 @@ impl VulkanPlan {
     }
 }
 
+impl VulkanPlan {
+    /// Checks the batch, writes its parameters into the host buffer of `tail`'s slot (which no
+    /// pending submission may read) and returns the step's command buffer, recorded or cached.
+    fn prepare_step(&mut self, b: &StepBatch<'_>, tail: StepTail) -> Result<vk::CommandBuffer, DeviceError> {
+        let limits = BatchLimits {
+            max_tokens: self.opts.max_batch_tokens,
+            max_outputs: self.opts.max_outputs,
+            vocab_size: self.graph.hparams.vocab_size,
+            block_size: self.opts.block_size,
+            n_blocks: self.kv.layout.params.n_blocks() as usize,
+        };
+        limits.check(b)?;
+        self.write_params(b, tail.slot())?;
+        self.record(b.len(), b.output_rows.len(), tail)
+    }
+
+    /// Whether this plan's argmax runs on the GPU for a vocabulary of `vocab_size` and
+    /// `n_out` rows.
+    fn argmax_on_gpu(&self, vocab_size: usize, n_out: usize) -> bool {
+        static ON_HOST: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        // `STRATA_VULKAN_ARGMAX=host`: the logits read back and their argmax taken on the host
+        // (for comparison).
+        let on_host = *ON_HOST.get_or_init(|| std::env::var("STRATA_VULKAN_ARGMAX").as_deref() == Ok("host"));
+        !on_host && n_out <= INT_MAX_TOKENS && vocab_size == self.graph.hparams.vocab_size && self.ctx.info.max_workgroup_invocations >= 1024
+    }
+
+    /// Whether greedy runs submit each step before the host reads the step before's token:
+    /// the argmax on the GPU, no profile (its queries are per submission) and not
+    /// `STRATA_VULKAN_GREEDY_PIPELINE=off` (one step at a time, for comparison).
+    fn greedy_runs_pipelined(&self, vocab_size: usize) -> bool {
+        static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        let off = *OFF.get_or_init(|| std::env::var("STRATA_VULKAN_GREEDY_PIPELINE").as_deref() == Ok("off"));
+        !off && self.profiler.is_none() && self.argmax_on_gpu(vocab_size, 1)
+    }
+
+    /// [`ForwardPlan::decode_greedy`] with two steps in flight: step i + 2 is submitted as soon
+    /// as step i's token is read, while step i + 1 runs (and reads step i's token on the
+    /// device). Steps alternate between the two slots of [`StepTail::ArgmaxFed`].
+    fn decode_greedy_pipelined(&mut self, first_token: u32, start_pos: u32, block_table: &[u32], n_steps: usize, keep_going: &mut dyn FnMut(u32) -> bool) -> Result<Vec<u32>, DeviceError> {
+        let tables = [block_table];
+        let vocab = self.graph.hparams.vocab_size;
+        let tail_of = |i: usize| if i == 0 { StepTail::Argmax } else { StepTail::ArgmaxFed((i % 2) as u8) };
+        let submit = |plan: &mut VulkanPlan, i: usize| -> Result<u64, DeviceError> {
+            let position = u32::try_from(i).ok().and_then(|i| start_pos.checked_add(i)).ok_or_else(|| DeviceError::BadBatch("a greedy run past position 2^32".into()))?;
+            // (A later step's token is read on the device; `first_token` only fills its place.)
+            let batch = StepBatch { tokens: &[first_token], positions: &[position], seq_of_token: &[0], block_tables: &tables, output_rows: &[0] };
+            let cb = plan.prepare_step(&batch, tail_of(i))?;
+            let value = plan.commands.timeline.submit(cb)?;
+            if i > 0 {
+                FED_STEPS_SUBMITTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            Ok(value)
+        };
+        let mut pending = std::collections::VecDeque::with_capacity(2);
+        for i in 0..n_steps.min(2) {
+            pending.push_back(submit(self, i)?);
+        }
+        let mut picked = Vec::with_capacity(n_steps.min(1 << 16));
+        for i in 0..n_steps {
+            let Some(value) = pending.pop_front() else { break };
+            self.commands.timeline.wait(value)?;
+            let at = if i % 2 == 1 { fed_token_readback(self.opts.max_outputs, vocab) as usize } else { 0 };
+            let bytes = self.readback.mapped().ok_or_else(|| unsupported(&self.ctx, "the readback buffer is not mapped".into()))?;
+            let token = bytes.get(at..at + 4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]])).ok_or_else(|| unsupported(&self.ctx, "the readback buffer is too small".into()))?;
+            picked.push(token);
+            if !keep_going(token) {
+                break;
+            }
+            if i + 2 < n_steps {
+                pending.push_back(submit(self, i + 2)?);
+            }
+        }
+        // A step submitted after the one that stopped the run finishes before anything reuses
+        // its buffers; its token is dropped.
+        if let Some(&last) = pending.back() {
+            self.commands.timeline.wait(last)?;
+        }
+        Ok(picked)
+    }
+}
+
 impl ForwardPlan for VulkanPlan {
     fn forward(&mut self, b: &StepBatch<'_>) -> Result<&[f32], DeviceError> {
         self.run_step(b, StepTail::Logits)?;
@@ -2154,11 +2274,7 @@ impl ForwardPlan for VulkanPlan {
     /// mapped memory, ~6% of a 7B decode step).
     fn forward_argmax(&mut self, b: &StepBatch<'_>, vocab_size: usize) -> Result<Vec<u32>, DeviceError> {
         let n_out = b.output_rows.len();
-        static ON_HOST: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        // `STRATA_VULKAN_ARGMAX=host`: the logits read back and their argmax taken on the host
-        // (for comparison).
-        let on_host = *ON_HOST.get_or_init(|| std::env::var("STRATA_VULKAN_ARGMAX").as_deref() == Ok("host"));
-        if on_host || n_out > INT_MAX_TOKENS || vocab_size != self.graph.hparams.vocab_size || self.ctx.info.max_workgroup_invocations < 1024 {
+        if !self.argmax_on_gpu(vocab_size, n_out) {
             return Ok(self.forward(b)?.chunks(vocab_size.max(1)).map(strata_model::sampling::argmax).collect());
         }
         self.run_step(b, StepTail::Argmax)?;
@@ -2168,6 +2284,36 @@ impl ForwardPlan for VulkanPlan {
 
     /// The top-k on the GPU (top_k.comp, up to [`TOP_K_MAX`]): the host reads 512 bytes a row
     /// instead of the row's logits.
+    /// Two steps in flight (see [`VulkanPlan::decode_greedy_pipelined`]) where the argmax runs
+    /// on the GPU and the recorded steps have no opt-in form whose reports the host must check
+    /// after each step (grid barriers, chained stages); otherwise one step at a time.
+    fn decode_greedy(&mut self, first_token: u32, start_pos: u32, block_table: &[u32], n_steps: usize, vocab_size: usize, keep_going: &mut dyn FnMut(u32) -> bool) -> Result<Vec<u32>, DeviceError> {
+        if n_steps < 2 || !self.greedy_runs_pipelined(vocab_size) {
+            return crate::greedy_steps_one_by_one(self, first_token, start_pos, block_table, n_steps, vocab_size, keep_going);
+        }
+        // All three shapes are recorded before anything is submitted: recording may free cached
+        // command buffers (never a pending one, then).
+        let tails = [StepTail::Argmax, StepTail::ArgmaxFed(0), StepTail::ArgmaxFed(1)];
+        if tails.iter().any(|t| !self.commands.recorded.contains_key(&(1, 1, *t))) && self.commands.recorded.len() + tails.len() > MAX_RECORDED_SHAPES {
+            let cbs: Vec<vk::CommandBuffer> = self.commands.recorded.drain().map(|(_, cb)| cb).collect();
+            // SAFETY: no submission is pending (every step before this one was waited for).
+            unsafe { self.ctx.device.free_command_buffers(self.commands.pool, &cbs) };
+        }
+        for tail in tails {
+            self.record(1, 1, tail)?;
+        }
+        let reports = self.grid_barriers || tails.iter().any(|t| self.chain_words.get(&(1, 1, *t)).is_some_and(|c| !c.is_empty()));
+        if reports {
+            return crate::greedy_steps_one_by_one(self, first_token, start_pos, block_table, n_steps, vocab_size, keep_going);
+        }
+        let result = self.decode_greedy_pipelined(first_token, start_pos, block_table, n_steps, keep_going);
+        if result.is_err() {
+            // Nothing may stay pending past this call (buffers are reused, the plan may drop).
+            let _ = self.commands.timeline.wait(self.commands.timeline.last_submitted());
+        }
+        result
+    }
+
     fn forward_top_k(&mut self, b: &StepBatch<'_>, vocab_size: usize, k: usize) -> Result<Vec<Vec<Candidate>>, DeviceError> {
         let n_out = b.output_rows.len();
         static ON_HOST: std::sync::OnceLock<bool> = std::sync::OnceLock::new();

@@ -1,0 +1,76 @@
+//! A greedy run on the Vulkan device ([`ForwardPlan::decode_greedy`]) with two steps in flight,
+//! each later step reading its token where the step before left its argmax, decodes exactly the
+//! tokens of the same steps run one at a time with the host feeding each token; a run stopped
+//! early returns the tokens up to its stop and leaves the plan ready for the next run.
+//!
+//! Skipped without a usable Vulkan device, unless `REQUIRE_VULKAN_DEVICE=1` (CI: lavapipe).
+
+use std::sync::Arc;
+
+use strata_gpu::vulkan::{fed_steps_submitted, ContextOptions, KvSource, VulkanContext, VulkanOptions, VulkanPlan};
+use strata_gpu::{greedy_steps_one_by_one, ForwardPlan};
+use strata_io::gguf::GgufFile;
+use strata_kv::{KvDtype, KvLayout, KvShape, LayoutParams};
+use strata_model::{ForwardGraph, HParams, ModelWeights};
+
+fn vulkan_context() -> Option<Arc<VulkanContext>> {
+    let required = std::env::var("REQUIRE_VULKAN_DEVICE").is_ok_and(|v| v == "1");
+    let devices = match strata_gpu::vulkan::list_devices() {
+        Ok(d) => d,
+        Err(e) if required => panic!("REQUIRE_VULKAN_DEVICE=1 but the Vulkan devices cannot be listed: {e}"),
+        Err(_) => Vec::new(),
+    };
+    let Some(d) = devices.iter().find(|d| d.usable) else {
+        assert!(!required, "REQUIRE_VULKAN_DEVICE=1 but no usable Vulkan device: {devices:?}");
+        eprintln!("no usable Vulkan device: skipped");
+        return None;
+    };
+    Some(VulkanContext::with_options(d.index, ContextOptions::default()).expect("a listed Vulkan device opens"))
+}
+
+#[test]
+fn greedy_runs_with_two_steps_in_flight_decode_the_one_by_one_tokens() {
+    let Some(ctx) = vulkan_context() else { return };
+    // The default model: a real one, whose greedy tokens change with what it is fed (a random
+    // synthetic model settles on one token, under which a wrong feed would not show).
+    let path = std::env::var_os("STRATA_TEST_MODEL").map(std::path::PathBuf::from).unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/SmolLM2-135M-Instruct.Q4_1.gguf"));
+    assert!(path.is_file(), "the default model is missing at {}: run `bash scripts/fetch-model.sh` first", path.display());
+    let file = GgufFile::open(&path).expect("the synthetic model opens");
+    let hp = HParams::from_metadata(file.metadata()).expect("hyperparameters");
+    let weights = ModelWeights::from_gguf(&file, &hp).expect("weights");
+    let graph = ForwardGraph::llama(&hp, &weights);
+    let (block_size, max_context) = (16, 256);
+    let mut params = LayoutParams::new(KvShape { n_layers: hp.n_layers as u32, n_kv_heads: hp.n_kv_heads as u32, head_dim: hp.head_dim as u32, dtype: KvDtype::F16 }, max_context as u64);
+    params.block_size = block_size as u32;
+    let layout = KvLayout::compute(&params).expect("layout");
+    let opts = VulkanOptions { max_batch_tokens: 8, max_outputs: 8, block_size, max_context, max_seqs: 1 };
+    let mut plan = VulkanPlan::compile(&ctx, graph, &file, KvSource::Allocate(layout), opts).expect("the plan compiles");
+    let table: Vec<u32> = (0..(max_context / block_size) as u32).collect();
+    let vocab = hp.vocab_size;
+    let (first, n) = (504u32, 16usize);
+
+    let fed_before = fed_steps_submitted();
+    let pipelined = plan.decode_greedy(first, 0, &table, n, vocab, &mut |_| true).expect("a greedy run");
+    let fed = fed_steps_submitted() - fed_before;
+    let one_by_one = greedy_steps_one_by_one(&mut plan, first, 0, &table, n, vocab, &mut |_| true).expect("steps one by one");
+    let distinct = pipelined.iter().collect::<std::collections::HashSet<_>>().len();
+    eprintln!("{n} tokens, {distinct} distinct; {fed} steps submitted before the host read their token");
+    assert_eq!(fed, n as u64 - 1, "every step after the first reads its token on the device");
+    assert_eq!(pipelined, one_by_one, "two steps in flight decode other tokens than one step at a time");
+    assert!(distinct >= 6, "too few distinct tokens ({distinct}) for a wrong feed to show");
+
+    // A run that reaches beyond its block table fails with a clear error, and the plan stays usable
+    // (the runs after it).
+    let err = plan.decode_greedy(first, (max_context - 4) as u32, &table, 8, vocab, &mut |_| true).expect_err("positions beyond the table");
+    assert!(err.to_string().contains("beyond"), "{err}");
+
+    // Stopped after 7 tokens (a step after it is already in flight), then resumed from there.
+    let mut seen = 0;
+    let stopped = plan.decode_greedy(first, 0, &table, n, vocab, &mut |_| {
+        seen += 1;
+        seen < 7
+    });
+    assert_eq!(stopped.expect("a stopped run"), pipelined[..7], "a stopped run returns the tokens up to its stop");
+    let resumed = plan.decode_greedy(pipelined[6], 7, &table, n - 7, vocab, &mut |_| true).expect("the run resumed");
+    assert_eq!(resumed, pipelined[7..], "a run resumed after a stop decodes the rest");
+}
