@@ -147,8 +147,9 @@ fn vulkan_decode_kernels_match_the_cpu_device_teacher_forced() {
 /// The exact mode (`STRATA_VULKAN_EXACT=1`): Vulkan's decode steps compute the CPU device's logits
 /// bit for bit (the integer products in the CPU's lane order, ggml's attention orders and
 /// softmax, divisions, square roots and fused multiply-adds rounded as the CPU's), so the
-/// teacher-forced logits of every text are identical, position after position. Two of the four
-/// texts (the KL test above reads all four); the Qwen2 shapes in the tests below.
+/// teacher-forced logits are identical, position after position. One of the four texts (the KL
+/// tests above read all four; a slow CI machine takes ~5 minutes a text here); the Qwen2 shapes
+/// in the tests below.
 #[test]
 fn vulkan_exact_mode_computes_the_cpu_logits_bit_for_bit() {
     // nextest runs each test in a process of its own, so this setting reaches this test only.
@@ -158,7 +159,7 @@ fn vulkan_exact_mode_computes_the_cpu_logits_bit_for_bit() {
     let mut vk = engine_with_ubatch(&model, DeviceKind::Vulkan(i), DeviceKind::Vulkan(i), 1);
     let mut cpu1 = engine_with_ubatch(&model, DeviceKind::Cpu, DeviceKind::Cpu, 1);
     let vocab = model.hparams.vocab_size;
-    for (name, ids) in sequences(&cpu1).into_iter().take(2) {
+    for (name, ids) in sequences(&cpu1).into_iter().take(1) {
         let input = &ids[..64];
         let want = cpu1.teacher_forced_logits(input).expect("cpu");
         let got = vk.teacher_forced_logits(input).expect("vulkan");
@@ -373,7 +374,7 @@ fn vulkan_step_entries_wanting_a_token_or_the_top_k_get_those_of_their_logits() 
 /// layers must add to it at least.
 type RecordedAtLeast = (fn() -> u64, fn(u64) -> u64);
 
-/// Runs `models` 80 positions, one token a step, with developer switch `knob` off ("0") and
+/// Runs `models` 48 positions, one token a step, with developer switch `knob` off ("0") and
 /// on ("1"), and asserts that the switched path (`what`), whose arithmetic differs from the
 /// staged kernels', is as close to the CPU device's logits (KL within 1.5 times the staged
 /// path's, top-1 within 2). `must_differ(name)`: whether that model's logits must show the
@@ -383,7 +384,7 @@ fn assert_switch_stays_as_close_to_the_cpu(what: &str, knob: &str, models: Vec<(
     let Some(i) = vulkan_index() else { return };
     for (name, model) in models {
         let vocab = model.hparams.vocab_size;
-        let tokens: Vec<u32> = (0..80u32).map(|i| (i * 7919 + 13) % vocab as u32).collect();
+        let tokens: Vec<u32> = (0..48u32).map(|i| (i * 7919 + 13) % vocab as u32).collect();
         let stage = vulkan_logits_with(&model, i, knob, "0", &tokens);
         let before = recorded.map(|(count, _)| count());
         let switched = vulkan_logits_with(&model, i, knob, "1", &tokens);
@@ -408,7 +409,7 @@ fn assert_switch_stays_as_close_to_the_cpu(what: &str, knob: &str, models: Vec<(
 /// memory) instead of a stage of its own: its sum of squares is added in another order, so the
 /// logits are not the stage's bit for bit, but they must be as close to the CPU device's. On the
 /// default model (Q8_0-style records), Qwen2's graph with 128-wide heads, and Qwen2's with rows
-/// of 1,280 (Q8_K records, wider than one pass of the workgroup); 80 positions, one token a step.
+/// of 1,280 (Q8_K records, wider than one pass of the workgroup); 48 positions, one token a step.
 #[test]
 fn vulkan_norm_in_the_products_agrees_with_the_norm_stage() {
     let dir = std::env::temp_dir().join(format!("strata-vulkan-norm-prologue-{}", std::process::id()));
@@ -432,7 +433,7 @@ fn vulkan_norm_in_the_products_agrees_with_the_norm_stage() {
 /// are not the stage's bit for bit, but they must be as close to the CPU device's. On the
 /// default model (Q8_0-style records, rows of 576: a last chunk of 64 rows, 64 lanes a row),
 /// Qwen2's with rows of 1,280 (Q8_K records) and Qwen2's with FFN rows of 4,608 (down with 128
-/// lanes a row and two items in flight); 80 positions, one token a step. Every layer's two
+/// lanes a row and two items in flight); 48 positions, one token a step. Every layer's two
 /// norms must have been taken but the first layer's first (after the embedding, no product adds)
 /// and the final one (before the logits, not a fused product).
 #[test]
@@ -452,7 +453,7 @@ fn vulkan_norm_after_the_residual_add_agrees_with_the_norm_stage() {
 /// Lone projections of 7B-wide rows in 128 lanes a row (`STRATA_MATVEC_LONE_128=1`: one block a
 /// lane instead of 64 lanes taking two in turn): another summation order, as close to the CPU
 /// device. On a model of Qwen2.5-7B's width (its output projection: 3,584 rows of 112 blocks;
-/// the small vocabulary's logits too), 80 positions, one token a step; the logits must change.
+/// the small vocabulary's logits too), 48 positions, one token a step; the logits must change.
 #[test]
 fn vulkan_lone_projections_in_128_lanes_agree_with_the_cpu() {
     let dir = std::env::temp_dir().join(format!("strata-vulkan-lone-128-{}", std::process::id()));

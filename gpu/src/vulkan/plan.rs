@@ -294,7 +294,8 @@ struct ParamLayout {
     /// Per token: the offset of its sequence's block table in `tables`.
     table_offsets: usize,
     tables: usize,
-    tables_capacity: usize,
+    /// Block-table entries a sequence may need (the context over the block size).
+    blocks_per_seq: usize,
     total: usize,
 }
 
@@ -387,8 +388,16 @@ impl ParamLayout {
         let output_rows = seq_of_token + max_tokens;
         let table_offsets = output_rows + max_outputs;
         let tables = table_offsets + max_tokens;
-        let tables_capacity = max_seqs * max_blocks_per_seq;
-        ParamLayout { tokens, positions, seq_of_token, output_rows, table_offsets, tables, tables_capacity, total: tables + tables_capacity }
+        ParamLayout { tokens, positions, seq_of_token, output_rows, table_offsets, tables, blocks_per_seq: max_blocks_per_seq, total: tables + max_seqs * max_blocks_per_seq }
+    }
+
+    /// Words a step of `n` tokens reads, from the start: everything before the block tables, and
+    /// the table entries of at most `n` sequences (write_params writes only the entries a step's
+    /// positions reach, at most blocks_per_seq a sequence). A step copies only these to the
+    /// device: the whole buffer of a server's long contexts is hundreds of KB a token across
+    /// the bus (16 sequences of 128k positions: 512 KB).
+    fn step_words(&self, n: usize) -> usize {
+        (self.tables + n.saturating_mul(self.blocks_per_seq)).min(self.total)
     }
 }
 
@@ -819,12 +828,22 @@ impl VulkanPlan {
         if n_seqs > self.opts.max_seqs {
             return Err(DeviceError::BadBatch(format!("{n_seqs} sequences in a step; this plan takes up to {}", self.opts.max_seqs)));
         }
-        let table_words: usize = b.block_tables.iter().map(|t| t.len()).sum();
-        if table_words > pl.tables_capacity {
-            return Err(DeviceError::BadBatch(format!("{table_words} block-table entries in a step; this plan holds {}", pl.tables_capacity)));
-        }
         if let Some(p) = b.positions.iter().find(|&&p| p as usize >= self.opts.max_context) {
             return Err(DeviceError::BadBatch(format!("position {p} is beyond the context of {}", self.opts.max_context)));
+        }
+        // Each sequence's table up to the last block its tokens reach (the shaders read no
+        // further), so that a step's entries fit the words its command buffer copies.
+        let bs = self.opts.block_size.max(1);
+        let mut reach = vec![0usize; n_seqs];
+        for (&seq, &pos) in b.seq_of_token.iter().zip(b.positions) {
+            if let Some(r) = reach.get_mut(seq as usize) {
+                *r = (*r).max(pos as usize / bs + 1);
+            }
+        }
+        let used: Vec<&[u32]> = b.block_tables.iter().zip(&reach).map(|(t, &r)| &t[..r.min(t.len())]).collect();
+        let table_words: usize = used.iter().map(|t| t.len()).sum();
+        if pl.tables + table_words > pl.step_words(n) {
+            return Err(DeviceError::BadBatch(format!("{table_words} block-table entries in a step of {n} tokens; this plan holds {}", pl.step_words(n) - pl.tables)));
         }
         // Splits of a fixed length, doubled only while the step's splits would overflow the
         // scratch: a token's attention is then summed in the same order whatever else is in the
@@ -853,11 +872,11 @@ impl VulkanPlan {
         words[pl.seq_of_token..pl.seq_of_token + n].copy_from_slice(b.seq_of_token);
         words[pl.output_rows..pl.output_rows + b.output_rows.len()].copy_from_slice(b.output_rows);
         let mut at = 0usize;
-        for t in b.block_tables {
+        for t in &used {
             words[pl.tables + at..pl.tables + at + t.len()].copy_from_slice(t);
             at += t.len();
         }
-        token_table_offsets(b.block_tables, b.seq_of_token, &mut words[pl.table_offsets..pl.table_offsets + n])
+        token_table_offsets(&used, b.seq_of_token, &mut words[pl.table_offsets..pl.table_offsets + n])
     }
 
     fn record(&mut self, n: usize, n_out: usize, tail: StepTail) -> Result<vk::CommandBuffer, DeviceError> {
@@ -914,7 +933,7 @@ impl VulkanPlan {
         let addr_of = |id: BufId| bufs[id.0 as usize].address;
         let params_buffer = self.params_device.buffer;
         let params_host = if tail.slot() == 1 { self.params_alt.buffer } else { self.params.buffer };
-        let params_bytes = (pl.total * 4) as u64;
+        let params_bytes = (pl.step_words(n) * 4) as u64;
         // A greedy run's later step reads its token where the step before left its argmax.
         let fed = matches!(tail, StepTail::ArgmaxFed(_));
         let token_addr = if fed { counters.address + argmax_offset(&self.graph) } else { p_tokens };

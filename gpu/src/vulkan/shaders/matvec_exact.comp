@@ -8,7 +8,7 @@
 //     ggml's hsum_float_8, plus Q4_1's m * s terms summed block after block;
 //   Q4_K, in the lane order of the CPU device's kernels on the host (plan.rs): sixteen lanes
 //     (the AVX-512 tile) or, with K_LANES8, eight (the AVX2 tile). Lane L takes elements
-//     4 (L % 8) .. 4 (L % 8) + 3 of sub-blocks L / 8, L / 8 + 16 / LANES, ... of every
+//     4 (L % 8) .. 4 (L % 8) + 3 of sub-blocks L / 8, L / 8 + LANES / 8, L / 8 + 2 LANES / 8, ... of every
 //     super-block (16 lanes: two of each 64-element quarter; 8 lanes: all eight), sums
 //     scale * dot over them in integers, and adds fma(sum, d * d_x, lane), then
 //     fma(min * block sum, -dmin * d_x, lane) (lanes 0..7, sub-block L's); then the halving sum
