@@ -181,7 +181,7 @@ pub fn greedy_steps_one_by_one<P: ForwardPlan + ?Sized>(plan: &mut P, first_toke
     let mut token = first_token;
     let tables = [block_table];
     for i in 0..n_steps {
-        let position = u32::try_from(i).ok().and_then(|i| start_pos.checked_add(i)).ok_or_else(|| DeviceError::BadBatch("a greedy run past position 2^32".into()))?;
+        let position = greedy_position(start_pos, i)?;
         let batch = StepBatch { tokens: &[token], positions: &[position], seq_of_token: &[0], block_tables: &tables, output_rows: &[0] };
         token = plan.forward_argmax(&batch, vocab_size)?.first().copied().ok_or_else(|| DeviceError::BadBatch("a greedy step returned no token".into()))?;
         picked.push(token);
@@ -190,6 +190,11 @@ pub fn greedy_steps_one_by_one<P: ForwardPlan + ?Sized>(plan: &mut P, first_toke
         }
     }
     Ok(picked)
+}
+
+/// The position of a greedy run's step `i` from `start_pos`.
+pub(crate) fn greedy_position(start_pos: u32, i: usize) -> Result<u32, DeviceError> {
+    u32::try_from(i).ok().and_then(|i| start_pos.checked_add(i)).ok_or_else(|| DeviceError::BadBatch("a greedy run past position 2^32".into()))
 }
 
 /// A device named in the configuration.

@@ -35,7 +35,7 @@ fn greedy_runs_with_two_steps_in_flight_decode_the_one_by_one_tokens() {
     // synthetic model settles on one token, under which a wrong feed would not show).
     let path = std::env::var_os("STRATA_TEST_MODEL").map(std::path::PathBuf::from).unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/SmolLM2-135M-Instruct.Q4_1.gguf"));
     assert!(path.is_file(), "the default model is missing at {}: run `bash scripts/fetch-model.sh` first", path.display());
-    let file = GgufFile::open(&path).expect("the synthetic model opens");
+    let file = GgufFile::open(&path).expect("the default model opens");
     let hp = HParams::from_metadata(file.metadata()).expect("hyperparameters");
     let weights = ModelWeights::from_gguf(&file, &hp).expect("weights");
     let graph = ForwardGraph::llama(&hp, &weights);

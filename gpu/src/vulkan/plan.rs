@@ -426,9 +426,9 @@ pub struct VulkanPlan {
     arena: DeviceArena,
     /// The step parameters as the host writes them, and their device-local copy that the kernels
     /// read (copied at the start of each step: a kernel's read then never crosses the bus).
-    params: Buffer,
-    /// The second slot's host parameters ([`StepTail::ArgmaxFed`]`(1)`).
-    params_alt: Buffer,
+    /// (One host buffer a slot, [`StepTail::slot`]: a greedy run writes one while the other's
+    /// step runs.)
+    params: [Buffer; 2],
     params_device: Buffer,
     param_layout: ParamLayout,
     readback: Buffer,
@@ -493,6 +493,16 @@ impl CommandCache {
         // SAFETY: valid device and create info.
         let pool = unsafe { ctx.device.create_command_pool(&info, None) }.map_err(|e| vk_error(&name, "vkCreateCommandPool", e))?;
         Ok(CommandCache { ctx: ctx.clone(), pool, timeline: Timeline::new(ctx)?, recorded: HashMap::new() })
+    }
+
+    /// Frees every recorded command buffer (the cache is full).
+    ///
+    /// # Safety
+    /// No submission of any of them may be pending.
+    unsafe fn forget_all(&mut self) {
+        let cbs: Vec<vk::CommandBuffer> = self.recorded.drain().map(|(_, cb)| cb).collect();
+        // SAFETY: the caller's contract: none of them is pending.
+        unsafe { self.ctx.device.free_command_buffers(self.pool, &cbs) };
     }
 }
 
@@ -758,8 +768,10 @@ impl VulkanPlan {
         let max_blocks_per_seq = opts.max_context.div_ceil(opts.block_size);
         let max_seqs = opts.max_seqs.clamp(1, opts.max_batch_tokens);
         let param_layout = ParamLayout::new(opts.max_batch_tokens, opts.max_outputs, max_seqs, max_blocks_per_seq);
-        let params = Buffer::new(ctx, (param_layout.total * 4) as u64, MemoryKind::HostVisible, "step parameters")?;
-        let params_alt = Buffer::new(ctx, (param_layout.total * 4) as u64, MemoryKind::HostVisible, "step parameters (second slot)")?;
+        let params = [
+            Buffer::new(ctx, (param_layout.total * 4) as u64, MemoryKind::HostVisible, "step parameters")?,
+            Buffer::new(ctx, (param_layout.total * 4) as u64, MemoryKind::HostVisible, "step parameters (second slot)")?,
+        ];
         let params_device = Buffer::new(ctx, (param_layout.total * 4) as u64, MemoryKind::DeviceLocal, "step parameters (device copy)")?;
         // The logits, then the grid barriers' give-up count, then the chained stages' words, then
         // the second slot's token of a greedy run.
@@ -781,7 +793,6 @@ impl VulkanPlan {
             rounded: [rounded_0, rounded_k],
             arena,
             params,
-            params_alt,
             params_device,
             param_layout,
             readback,
@@ -817,6 +828,11 @@ impl VulkanPlan {
 
     fn param_addr(&self, word: usize) -> u64 {
         self.params_device.address() + (word * 4) as u64
+    }
+
+    /// Where a step of `slot` leaves its argmax tokens in the readback.
+    fn readback_of_slot(&self, slot: usize) -> u64 {
+        if slot == 1 { fed_token_readback(self.opts.max_outputs, self.graph.hparams.vocab_size) } else { 0 }
     }
 
     /// Writes the step's parameters into the host buffer of `slot` ([`StepTail::slot`]), which
@@ -862,8 +878,7 @@ impl VulkanPlan {
         let n_splits = max_len.div_ceil(split_len).max(long_splits);
         let hp = &self.graph.hparams;
         let header = step_header(n_splits, split_len, n, hp.n_heads, hp.n_kv_heads, long);
-        let host = if slot == 1 { &mut self.params_alt } else { &mut self.params };
-        let bytes = host.mapped_mut().ok_or_else(|| unsupported(&self.ctx, "the parameter buffer is not mapped".into()))?;
+        let bytes = self.params[slot].mapped_mut().ok_or_else(|| unsupported(&self.ctx, "the parameter buffer is not mapped".into()))?;
         // The buffer is host-coherent and no pending submission reads it: plain writes.
         let words: &mut [u32] = bytemuck_words(bytes);
         words[..header.len()].copy_from_slice(&header);
@@ -885,9 +900,9 @@ impl VulkanPlan {
         }
         let name = self.ctx.name();
         if self.commands.recorded.len() >= MAX_RECORDED_SHAPES {
-            let cbs: Vec<vk::CommandBuffer> = self.commands.recorded.drain().map(|(_, cb)| cb).collect();
-            // SAFETY: no submission is pending (every forward waits for its own).
-            unsafe { self.ctx.device.free_command_buffers(self.commands.pool, &cbs) };
+            // SAFETY: no submission is pending: every forward waits for its own, and a greedy run
+            // records its shapes before it submits (then finds them here).
+            unsafe { self.commands.forget_all() };
         }
         let alloc = vk::CommandBufferAllocateInfo::default().command_pool(self.commands.pool).level(vk::CommandBufferLevel::PRIMARY).command_buffer_count(1);
         // SAFETY: the pool is live.
@@ -932,7 +947,8 @@ impl VulkanPlan {
         let counters_buffer = self.arena.buffer(&counters);
         let addr_of = |id: BufId| bufs[id.0 as usize].address;
         let params_buffer = self.params_device.buffer;
-        let params_host = if tail.slot() == 1 { self.params_alt.buffer } else { self.params.buffer };
+        let params_host = self.params[tail.slot()].buffer;
+        let readback_at = self.readback_of_slot(tail.slot());
         let params_bytes = (pl.step_words(n) * 4) as u64;
         // A greedy run's later step reads its token where the step before left its argmax.
         let fed = matches!(tail, StepTail::ArgmaxFed(_));
@@ -1447,8 +1463,7 @@ impl VulkanPlan {
                 let tokens_offset = argmax_offset(graph);
                 let push = Push::new().addr(logits.address).addr(counters.address + tokens_offset).u32(hp.vocab_size as u32);
                 rec.dispatch(Kernel::Argmax, &push, [n_out as u32, 1, 1])?;
-                let to = if tail.slot() == 1 { fed_token_readback(self.opts.max_outputs, hp.vocab_size) } else { 0 };
-                copies[0] = (counters_buffer, counters.offset + tokens_offset, to, (n_out * 4) as u64);
+                copies[0] = (counters_buffer, counters.offset + tokens_offset, readback_at, (n_out * 4) as u64);
             }
             StepTail::TopK => {
                 let top_offset = top_k_offset(graph);
@@ -1729,8 +1744,6 @@ fn chain_bytes() -> u64 {
     CHAIN_LINES * CHAIN_LINE_WORDS * 4
 }
 
-/// Chained stages recorded in this process (`STRATA_VULKAN_CHAIN=1`): for tests that must know
-/// the path was taken.
 static FED_STEPS_SUBMITTED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// How many greedy steps this process has submitted before the host read the token they
@@ -1739,6 +1752,8 @@ pub fn fed_steps_submitted() -> u64 {
     FED_STEPS_SUBMITTED.load(std::sync::atomic::Ordering::Relaxed)
 }
 
+/// Chained stages recorded in this process (`STRATA_VULKAN_CHAIN=1`): for tests that must know
+/// the path was taken.
 static CHAINED_STAGES_RECORDED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// How many chained stages (shaders/chain.glsl) this process has recorded.
@@ -2182,9 +2197,7 @@ impl VulkanPlan {
         }
         Ok(())
     }
-}
 
-impl VulkanPlan {
     /// Checks the batch, writes its parameters into the host buffer of `tail`'s slot (which no
     /// pending submission may read) and returns the step's command buffer, recorded or cached.
     fn prepare_step(&mut self, b: &StepBatch<'_>, tail: StepTail) -> Result<vk::CommandBuffer, DeviceError> {
@@ -2224,10 +2237,9 @@ impl VulkanPlan {
     /// device). Steps alternate between the two slots of [`StepTail::ArgmaxFed`].
     fn decode_greedy_pipelined(&mut self, first_token: u32, start_pos: u32, block_table: &[u32], n_steps: usize, keep_going: &mut dyn FnMut(u32) -> bool) -> Result<Vec<u32>, DeviceError> {
         let tables = [block_table];
-        let vocab = self.graph.hparams.vocab_size;
         let tail_of = |i: usize| if i == 0 { StepTail::Argmax } else { StepTail::ArgmaxFed((i % 2) as u8) };
         let submit = |plan: &mut VulkanPlan, i: usize| -> Result<u64, DeviceError> {
-            let position = u32::try_from(i).ok().and_then(|i| start_pos.checked_add(i)).ok_or_else(|| DeviceError::BadBatch("a greedy run past position 2^32".into()))?;
+            let position = crate::greedy_position(start_pos, i)?;
             // (A later step's token is read on the device; `first_token` only fills its place.)
             let batch = StepBatch { tokens: &[first_token], positions: &[position], seq_of_token: &[0], block_tables: &tables, output_rows: &[0] };
             let cb = plan.prepare_step(&batch, tail_of(i))?;
@@ -2245,9 +2257,9 @@ impl VulkanPlan {
         for i in 0..n_steps {
             let Some(value) = pending.pop_front() else { break };
             self.commands.timeline.wait(value)?;
-            let at = if i % 2 == 1 { fed_token_readback(self.opts.max_outputs, vocab) as usize } else { 0 };
+            let at = self.readback_of_slot(tail_of(i).slot()) as usize;
             let bytes = self.readback.mapped().ok_or_else(|| unsupported(&self.ctx, "the readback buffer is not mapped".into()))?;
-            let token = bytes.get(at..at + 4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]])).ok_or_else(|| unsupported(&self.ctx, "the readback buffer is too small".into()))?;
+            let token = bytes.get(at..at + 4).map(|w| conv::u32_from_bytes(w)[0]).ok_or_else(|| unsupported(&self.ctx, "the readback buffer is too small".into()))?;
             picked.push(token);
             if !keep_going(token) {
                 break;
@@ -2301,8 +2313,6 @@ impl ForwardPlan for VulkanPlan {
         Ok(conv::u32_from_bytes(&bytes[..n_out * 4]))
     }
 
-    /// The top-k on the GPU (top_k.comp, up to [`TOP_K_MAX`]): the host reads 512 bytes a row
-    /// instead of the row's logits.
     /// Two steps in flight (see [`VulkanPlan::decode_greedy_pipelined`]) where the argmax runs
     /// on the GPU and the recorded steps have no opt-in form whose reports the host must check
     /// after each step (grid barriers, chained stages); otherwise one step at a time.
@@ -2314,9 +2324,8 @@ impl ForwardPlan for VulkanPlan {
         // command buffers (never a pending one, then).
         let tails = [StepTail::Argmax, StepTail::ArgmaxFed(0), StepTail::ArgmaxFed(1)];
         if tails.iter().any(|t| !self.commands.recorded.contains_key(&(1, 1, *t))) && self.commands.recorded.len() + tails.len() > MAX_RECORDED_SHAPES {
-            let cbs: Vec<vk::CommandBuffer> = self.commands.recorded.drain().map(|(_, cb)| cb).collect();
             // SAFETY: no submission is pending (every step before this one was waited for).
-            unsafe { self.ctx.device.free_command_buffers(self.commands.pool, &cbs) };
+            unsafe { self.commands.forget_all() };
         }
         for tail in tails {
             self.record(1, 1, tail)?;
@@ -2333,6 +2342,8 @@ impl ForwardPlan for VulkanPlan {
         result
     }
 
+    /// The top-k on the GPU (top_k.comp, up to [`TOP_K_MAX`]): the host reads 512 bytes a row
+    /// instead of the row's logits.
     fn forward_top_k(&mut self, b: &StepBatch<'_>, vocab_size: usize, k: usize) -> Result<Vec<Vec<Candidate>>, DeviceError> {
         let n_out = b.output_rows.len();
         static ON_HOST: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
