@@ -14,10 +14,10 @@ const INT_TYPES: &[&str] = &["Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q6_K"];
 const PRODUCT_LAYOUTS: &[(&str, u32)] = &[("", 1), ("_g2", 2), ("_g4", 4)];
 /// Rows per workgroup of its one-token build (chosen at run time, `STRATA_MATVEC_ROWS`).
 const INT_ROWS: &[u32] = &[1, 2, 4, 8];
-/// The weight types of the kernel that computes the CPU's bits (matvec_exact), and its builds:
-/// (tokens per pass, blocks loaded ahead per lane).
 /// The rounding builds of the kernels that have them: (file suffix, defines).
 const ROUNDING_BUILDS: &[(&str, &[&str])] = &[("", &[]), ("_f64", &["F64"]), ("_f64fma", &["F64", "FMA_F64"])];
+/// The weight types of the kernel that computes the CPU's bits (matvec_exact), and its builds:
+/// (tokens per pass, blocks loaded ahead per lane).
 const EXACT_TYPES: &[&str] = &["Q4_0", "Q4_1", "Q8_0", "Q4_K"];
 const EXACT_BUILDS: &[(u32, u32)] = &[(1, 1), (1, 2), (1, 4), (1, 8), (4, 1), (4, 2)];
 /// matmul_q.comp's tile shapes: (file suffix, defines).
@@ -42,6 +42,7 @@ fn main() {
     // three builds (shaders/common.glsl): as written, F64 (divisions and square roots through
     // f64) and F64 + FMA_F64 (fused multiply-adds through f64 too).
     for (suffix, defines) in ROUNDING_BUILDS {
+        compile_with(&glslc, "rounding_check", &format!("rounding_check{suffix}"), defines, &out);
         for (act, define) in [("q8_0", "ACT_Q8_0"), ("q8_k", "ACT_Q8_K")] {
             let with = |d: &[&'static str]| -> Vec<&'static str> { d.iter().chain(defines.iter()).copied().collect() };
             compile_with(&glslc, "quantize_act", &format!("quantize_act_{act}{suffix}"), &with(&[define]), &out);

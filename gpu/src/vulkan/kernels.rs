@@ -113,6 +113,9 @@ pub enum Kernel {
     /// sampling step's candidates, top_k.comp).
     TopK,
     ReadBandwidth,
+    /// The rounding helpers of the device's build (common.glsl's div_rn, fma_once, sqrt_rn) on
+    /// arrays of inputs, for tests (rounding_check.comp).
+    RoundingCheck,
     /// Reads weight ranges into the L2 cache beside a latency-bound stage (prefetch_l2.comp).
     PrefetchL2,
     /// A decode step's memory pattern, for measuring stage boundaries (stage_chain.comp, probe.rs).
@@ -534,6 +537,7 @@ impl Kernel {
             Kernel::Argmax => spv!("argmax"),
             Kernel::TopK => spv!("top_k"),
             Kernel::ReadBandwidth => spv!("read_bandwidth"),
+            Kernel::RoundingCheck => rounding!("rounding_check", v),
             Kernel::PrefetchL2 => spv!("prefetch_l2"),
             Kernel::StageChain => spv!("stage_chain"),
             Kernel::StageChainOther(0) => spv!("stage_chain_copy"),

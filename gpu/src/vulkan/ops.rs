@@ -96,6 +96,21 @@ impl VulkanOps {
         Ok(Self::read(&out, x.len()))
     }
 
+    /// The exact mode's rounding helpers of this device's build on each (a, b, c), five results
+    /// an input i as the kernels compute them: a / b, fma(a, b, c), sqrt(|a|), c / (a / b), and
+    /// acc = fma(a[j], b[j], acc) for j = i .. i + 7 (mod n) from acc = c.
+    ///
+    /// # Errors
+    /// A device failure.
+    pub fn rounding_check(&mut self, a: &[f32], b: &[f32], c: &[f32]) -> Result<Vec<f32>, DeviceError> {
+        let n = a.len().min(b.len()).min(c.len());
+        let (ab, bb, cb) = (self.upload(&conv::f32_bytes(&a[..n]))?, self.upload(&conv::f32_bytes(&b[..n]))?, self.upload(&conv::f32_bytes(&c[..n]))?);
+        let out = self.output(5 * n)?;
+        let push = Push::new().addr(ab.address()).addr(bb.address()).addr(cb.address()).addr(out.address()).u32(n as u32);
+        self.run(|r| r.dispatch(Kernel::RoundingCheck, &push, [n.div_ceil(64) as u32, 1, 1]))?;
+        Ok(Self::read(&out, 5 * n))
+    }
+
     /// `rows` rows of `cols` activations as the 8-bit records the integer kernels read (quants,
     /// then per 32-element block the scale bits and the quant sum), as raw bytes.
     ///

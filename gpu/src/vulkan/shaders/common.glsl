@@ -38,11 +38,187 @@ layout(buffer_reference, std430, buffer_reference_align = 16) coherent buffer Ve
 
 // a / b and sqrt(a) rounded once, as the CPU computes them: Vulkan lets a division or square root
 // be off by a few ulps (llvmpipe's division is), which moves an 8-bit activation a whole step
-// now and then. F64 builds compute them in f64 (both correctly rounded there; rounding the f64
-// result to f32 is then exact for the square root, and for the division but once in ~2^29).
+// now and then. F64 builds compute the square root in f64 (correctly rounded there, and the
+// rounding to f32 then exact) and the division in integers: `float(double(a) / double(b))` is
+// what they did before, until Mesa 25's llvmpipe computed it as an f32 division by a reciprocal
+// (one ulp off in about a third of the quantizer's scales), which a compiler may do because the
+// narrowing is exact in IEEE arithmetic. Integer arithmetic leaves it nothing to rewrite.
+#if defined(F64) || defined(FMA_F64)
+// The significand of a finite nonzero f32 in [2^23, 2^24) (x) and its biased exponent, subnormals
+// shifted up (y: 1 - the shift).
+ivec2 significand_exponent(uint bits) {
+    uint e = (bits >> 23) & 0xFFu;
+    uint m = bits & 0x7FFFFFu;
+    if (e == 0u) {
+        int s = 23 - findMSB(m);
+        return ivec2(int(m << uint(s)), 1 - s);
+    }
+    return ivec2(int(m | 0x800000u), int(e));
+}
+
+// The f32 nearest (ties to even) to the exact value q / 2^shift * 2^(e - 127 - 23), where
+// q >> shift has 24 significant bits, 1 <= shift < 64, and `rest` says whether anything nonzero
+// lies below q's last bit: subnormals and overflow to infinity included.
+float round_to_f32(uint sign, uint64_t q, int e, uint shift, bool rest) {
+    if (e < 1) {
+        // A subnormal result: fewer significant bits; from 64 on, none (q < 2^63 rounds to 0).
+        uint total = shift + uint(min(1 - e, 100));
+        if (total >= 64u) {
+            return uintBitsToFloat(sign);
+        }
+        shift = total;
+        e = 0;
+    }
+    uint mant = uint(q >> shift);
+    uint64_t dropped = q & ((1ul << shift) - 1ul);
+    uint64_t half_ulp = 1ul << (shift - 1u);
+    if (dropped > half_ulp || (dropped == half_ulp && (rest || (mant & 1u) != 0u))) {
+        mant += 1u;
+    }
+    // Normal: the exponent field plus the significand with its hidden bit (a carry out of the
+    // significand steps the exponent, and past the largest finite value reaches infinity).
+    uint bits = e >= 1 ? (uint(e - 1) << 23) + mant : mant;
+    bits = e >= 255 ? 0x7F800000u : min(bits, 0x7F800000u);
+    return uintBitsToFloat(sign | bits);
+}
+
+bool is_inf_or_nan(uint bits) {
+    return (bits & 0x7F800000u) == 0x7F800000u;
+}
+
+bool is_zero(uint bits) {
+    return (bits & 0x7FFFFFFFu) == 0u;
+}
+
+// a / b correctly rounded, by a long division of the significands in 64-bit integers.
+float div_rn_integer(float a, float b) {
+    uint ua = floatBitsToUint(a);
+    uint ub = floatBitsToUint(b);
+    if (is_inf_or_nan(ua) || is_inf_or_nan(ub) || is_zero(ua) || is_zero(ub)) {
+        // NaN, infinity or zero on either side: every division gets these right.
+        return a / b;
+    }
+    ivec2 x = significand_exponent(ua);
+    ivec2 y = significand_exponent(ub);
+    // q in (2^25, 2^27): 24 significant bits, a round bit and one more below it or two.
+    uint64_t num = uint64_t(x.x) << 26;
+    uint64_t q = num / uint64_t(y.x);
+    bool rest = num - q * uint64_t(y.x) != 0ul;
+    bool wide = q >= (1ul << 26);
+    return round_to_f32((ua ^ ub) & 0x80000000u, q, x.y - y.y + (wide ? 127 : 126), wide ? 3u : 2u, rest);
+}
+
+// a * b correctly rounded, in integers (fma_rn_integer's product when c is zero).
+float mul_rn_integer(float a, float b) {
+    uint ua = floatBitsToUint(a);
+    uint ub = floatBitsToUint(b);
+    if (is_inf_or_nan(ua) || is_inf_or_nan(ub) || is_zero(ua) || is_zero(ub)) {
+        return a * b;
+    }
+    ivec2 x = significand_exponent(ua);
+    ivec2 y = significand_exponent(ub);
+    // p in [2^46, 2^48): exact.
+    uint64_t p = uint64_t(x.x) * uint64_t(y.x);
+    bool wide = p >= (1ul << 47);
+    return round_to_f32((ua ^ ub) & 0x80000000u, p, x.y + y.y + (wide ? -126 : -127), wide ? 24u : 23u, false);
+}
+
+// v >> n with the bits shifted out ORed into the last bit (a "sticky" bit): enough for rounding
+// a sum whose result has its rounding place at least two bits above bit 0.
+uint64_t shift_right_sticky(uint64_t v, int n) {
+    if (n >= 64) {
+        return v != 0ul ? 1ul : 0ul;
+    }
+    uint64_t kept = v >> uint(n);
+    return kept | ((v & ((1ul << uint(n)) - 1ul)) != 0ul ? 1ul : 0ul);
+}
+
+int msb64(uint64_t v) {
+    uint hi = uint(v >> 32);
+    return hi != 0u ? 32 + findMSB(hi) : findMSB(uint(v));
+}
+
+// fma(a, b, c) rounded once, in integers. `float(double(a) * double(b) + double(c))` did this
+// before, until Mesa 25's llvmpipe narrowed it to an f32 fma, which it computes as a multiply
+// and an add. The product (48 bits) and c are aligned with the larger one's top bit at bit 61,
+// the smaller shifted onto that scale (right with a sticky bit, then at most bit 0 is inexact,
+// far below where the sum rounds), added or subtracted, and rounded.
+float fma_rn_integer(float a, float b, float c) {
+    uint ua = floatBitsToUint(a);
+    uint ub = floatBitsToUint(b);
+    uint uc = floatBitsToUint(c);
+    if (is_inf_or_nan(ua) || is_inf_or_nan(ub) || is_zero(ua) || is_zero(ub)) {
+        // The product is zero, infinite or NaN: exact in any arithmetic.
+        return a * b + c;
+    }
+    if (is_inf_or_nan(uc)) {
+        return c;
+    }
+    if (is_zero(uc)) {
+        return mul_rn_integer(a, b);
+    }
+    ivec2 x = significand_exponent(ua);
+    ivec2 y = significand_exponent(ub);
+    ivec2 z = significand_exponent(uc);
+    uint sign_p = (ua ^ ub) & 0x80000000u;
+    uint sign_c = uc & 0x80000000u;
+    // Values: p * 2^lsb_p and cm * 2^lsb_c.
+    uint64_t p = uint64_t(x.x) * uint64_t(y.x);
+    int lsb_p = x.y + y.y - 300;
+    uint64_t cm = uint64_t(z.x);
+    int lsb_c = z.y - 150;
+    int top_p = lsb_p + msb64(p);
+    int top_c = lsb_c + 23;
+    uint64_t big;
+    uint64_t small;
+    uint sign_big;
+    uint sign_small;
+    int lsb;
+    int k;
+    if (top_p >= top_c) {
+        int up = 61 - msb64(p);
+        big = p << uint(up);
+        lsb = lsb_p - up;
+        k = lsb_c - lsb;
+        small = k >= 0 ? cm << uint(k) : shift_right_sticky(cm, -k);
+        sign_big = sign_p;
+        sign_small = sign_c;
+    } else {
+        big = cm << 38u;
+        lsb = lsb_c - 38;
+        k = lsb_p - lsb;
+        small = k >= 0 ? p << uint(k) : shift_right_sticky(p, -k);
+        sign_big = sign_c;
+        sign_small = sign_p;
+    }
+    uint64_t r;
+    uint sign = sign_big;
+    if (sign_big == sign_small) {
+        r = big + small;
+    } else if (big >= small) {
+        r = big - small;
+    } else {
+        r = small - big;
+        sign = sign_small;
+    }
+    if (r == 0ul) {
+        // An exact cancellation: +0 when rounding to nearest.
+        return 0.0;
+    }
+    int m = msb64(r);
+    if (m < 24) {
+        // Exact (nothing was shifted out): move the top bit up to where rounding needs it.
+        r <<= uint(24 - m);
+        lsb -= 24 - m;
+        m = 24;
+    }
+    return round_to_f32(sign, r, lsb + m + 127, uint(m - 23), false);
+}
+#endif
+
 float div_rn(float a, float b) {
 #if defined(F64)
-    return float(double(a) / double(b));
+    return div_rn_integer(a, b);
 #else
     return a / b;
 #endif
@@ -86,7 +262,7 @@ float f16_rne(float x) {
 // rounding that differs from one rounding once in ~2^29 sums).
 float fma_once(float a, float b, float c) {
 #if defined(FMA_F64)
-    return float(double(a) * double(b) + double(c));
+    return fma_rn_integer(a, b, c);
 #else
     precise float r = fma(a, b, c);
     return r;
