@@ -237,9 +237,9 @@ fn vulkan_integer_products_compute_the_cpu_bits() {
 /// must round every step to f32: on edge values (zeros,
 /// subnormals, the largest finite, infinities, NaN, neighbours of 1) in every pairing, on random
 /// bit patterns over every exponent, and on ordinary values where a sum cancels (subnormals only
-/// where the device keeps them). Mesa 25's
-/// llvmpipe computes `float(double(a) / double(b))` and `float(double(a) * double(b) +
-/// double(c))`, what the helpers were before, in f32 (a reciprocal, a multiply and an add).
+/// where the device keeps them). Mesa 25's llvmpipe skipped the f32 roundings between chained
+/// `float(double(a) / double(b))` and `float(double(a) * double(b) + double(c))`, what the
+/// helpers were before (this test then fails there: "div of div", "fma chain").
 #[test]
 fn vulkan_exact_rounding_helpers_are_ieee() {
     let Some(ctx) = first_vulkan_context(ContextOptions { integer_dot_product: true, exact: true }) else { return };

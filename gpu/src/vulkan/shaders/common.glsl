@@ -40,9 +40,9 @@ layout(buffer_reference, std430, buffer_reference_align = 16) coherent buffer Ve
 // be off by a few ulps (llvmpipe's division is), which moves an 8-bit activation a whole step
 // now and then. F64 builds compute the square root in f64 (correctly rounded there, and the
 // rounding to f32 then exact) and the division in integers: `float(double(a) / double(b))` is
-// what they did before, until Mesa 25's llvmpipe computed it as an f32 division by a reciprocal
-// (one ulp off in about a third of the quantizer's scales), which a compiler may do because the
-// narrowing is exact in IEEE arithmetic. Integer arithmetic leaves it nothing to rewrite.
+// what they did before, until Mesa 25's llvmpipe skipped the rounding to f32 between two of
+// them (the quantizer's 1 / (-127 / max) came out one ulp off in about a third of its scales):
+// a compiler may rewrite f64 arithmetic that is not `precise`. Integers leave nothing to rewrite.
 #if defined(F64) || defined(FMA_F64)
 // The significand of a finite nonzero f32 in [2^23, 2^24) (x) and its biased exponent, subnormals
 // shifted up (y: 1 - the shift).
@@ -139,10 +139,10 @@ int msb64(uint64_t v) {
 }
 
 // fma(a, b, c) rounded once, in integers. `float(double(a) * double(b) + double(c))` did this
-// before, until Mesa 25's llvmpipe narrowed it to an f32 fma, which it computes as a multiply
-// and an add. The product (48 bits) and c are aligned with the larger one's top bit at bit 61,
-// the smaller shifted onto that scale (right with a sticky bit, then at most bit 0 is inexact,
-// far below where the sum rounds), added or subtracted, and rounded.
+// before, until Mesa 25's llvmpipe gave other bits for chains of them (a lane's sum over a row's
+// blocks), as for the division above. The product (48 bits) and c are aligned with the larger
+// one's top bit at bit 61, the smaller shifted onto that scale (right with a sticky bit, then at
+// most bit 0 is inexact, far below where the sum rounds), added or subtracted, and rounded.
 float fma_rn_integer(float a, float b, float c) {
     uint ua = floatBitsToUint(a);
     uint ub = floatBitsToUint(b);
