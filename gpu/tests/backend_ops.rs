@@ -66,6 +66,12 @@ fn first_vulkan_context(options: ContextOptions) -> Option<Arc<VulkanContext>> {
     Some(VulkanContext::with_options(d.index, options).expect("open"))
 }
 
+/// The first usable Vulkan device opened in the exact mode; `None` (the test passes) where there
+/// is none or it cannot run the exact mode (no integer dot products or shaderFloat64).
+fn first_exact_vulkan_context() -> Option<Arc<VulkanContext>> {
+    first_vulkan_context(ContextOptions { integer_dot_product: true, exact: true }).filter(|ctx| ctx.exact())
+}
+
 fn nmse(got: &[f32], want: &[f64]) -> f64 {
     assert_eq!(got.len(), want.len(), "output length");
     let err: f64 = got.iter().zip(want).map(|(&g, &w)| (g as f64 - w).powi(2)).sum();
@@ -204,10 +210,7 @@ fn vulkan_integer_products_do_not_depend_on_the_batch() {
 /// empty.
 #[test]
 fn vulkan_integer_products_compute_the_cpu_bits() {
-    let Some(ctx) = first_vulkan_context(ContextOptions { integer_dot_product: true, exact: true }) else { return };
-    if !ctx.exact() {
-        return;
-    }
+    let Some(ctx) = first_exact_vulkan_context() else { return };
     let mut vk = VulkanOps::new(&ctx).expect("ops");
     let mut rng = rand::rngs::StdRng::seed_from_u64(33);
     for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q4_K] {
@@ -242,10 +245,7 @@ fn vulkan_integer_products_compute_the_cpu_bits() {
 /// helpers were before (this test then fails there: "div of div", "fma chain").
 #[test]
 fn vulkan_exact_rounding_helpers_are_ieee() {
-    let Some(ctx) = first_vulkan_context(ContextOptions { integer_dot_product: true, exact: true }) else { return };
-    if !ctx.exact() {
-        return;
-    }
+    let Some(ctx) = first_exact_vulkan_context() else { return };
     let mut vk = VulkanOps::new(&ctx).expect("ops");
     let edges: Vec<f32> = [0.0f32, -0.0, 1.0, -1.0, 0.5, 3.0, 127.0, -127.0, f32::MIN_POSITIVE, -f32::MIN_POSITIVE, f32::MAX, f32::MIN, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 1e-30, 7e-39, 1e30]
         .into_iter()
