@@ -23,13 +23,22 @@ pub struct CompareArgs {
     /// With `--device cpu`: the SIMD level of the checked CPU kernels (`scalar`, `avx2`).
     #[arg(long)]
     device_simd: Option<String>,
+    /// With `--device cpu`: the checked CPU moves every RMSNorm output one ulp. What this gives is
+    /// the floor of the bars on this model and text: any device whose arithmetic is not the
+    /// CPU's bit for bit (another summation order is enough) lands about there.
+    #[arg(long)]
+    nudge_norms: bool,
+    /// Teacher-force this UTF-8 text file's tokens instead of a seeded random prompt (it must hold
+    /// at least `--prompt-tokens` + `--positions` tokens; the first ones are taken).
+    #[arg(long)]
+    text: Option<PathBuf>,
     /// Prompt tokens before the compared positions.
-    #[arg(long, default_value_t = 128)]
-    prompt_tokens: usize,
+    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
+    prompt_tokens: u32,
     /// Positions compared (after the prompt).
-    #[arg(long, default_value_t = 64)]
-    positions: usize,
-    /// Seed of the random prompt.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    positions: u32,
+    /// Seed of the random prompt (without `--text`).
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Tokens per step on the checked device: 64 runs the prompt-sized kernels, 1 runs every
@@ -54,9 +63,12 @@ pub fn run(args: CompareArgs) -> Result<ExitCode> {
     let spec: strata_config::DeviceSpec = args.device.parse().map_err(|e| anyhow::anyhow!("--device {}: {e}", args.device))?;
     let device = match spec {
         strata_config::DeviceSpec::Vulkan(i) => DeviceKind::Vulkan(i),
-        strata_config::DeviceSpec::Cpu if args.device_simd.is_some() => DeviceKind::Cpu,
-        other => anyhow::bail!("--device {other}: compare vulkan:N, or cpu with --device-simd, against the CPU"),
+        strata_config::DeviceSpec::Cpu if args.device_simd.is_some() || args.nudge_norms => DeviceKind::Cpu,
+        other => anyhow::bail!("--device {other}: compare vulkan:N, or cpu with --device-simd or --nudge-norms, against the CPU"),
     };
+    if args.nudge_norms && device != DeviceKind::Cpu {
+        anyhow::bail!("--nudge-norms perturbs the CPU device: use it with --device cpu");
+    }
     let simd = match args.device_simd.as_deref() {
         None => None,
         Some("scalar") => Some(strata_quant::SimdLevel::Scalar),
@@ -64,21 +76,33 @@ pub fn run(args: CompareArgs) -> Result<ExitCode> {
         Some(other) => anyhow::bail!("--device-simd {other}: scalar or avx2"),
     };
     let model = super::load_model(&args.model)?;
-    let total = args.prompt_tokens + args.positions;
+    let (prompt_tokens, positions) = (args.prompt_tokens as usize, args.positions as usize);
+    let total = prompt_tokens + positions;
     let cells = (total + 16).next_multiple_of(16);
     // Both devices take the same steps: the CPU's arithmetic (llama.cpp's) sums a step of one
     // token per sequence in another order than a step of many.
     let opts = EngineOptions { threads: args.threads, max_context: total + 1, n_cells: cells, ubatch: args.ubatch as usize, max_outputs: 64, prefill_device: device, decode_device: device, prefill_min_tokens: usize::MAX, max_seqs: 1, ..Default::default() };
     let mut cpu = Engine::new_cpu(model.clone(), opts.clone()).context("the CPU device")?;
-    let mut dev = Engine::new(model.clone(), EngineOptions { simd, ..opts }).with_context(|| format!("device {device}"))?;
+    let mut dev = Engine::new(model.clone(), EngineOptions { simd, cpu_nudge_norms: args.nudge_norms, ..opts }).with_context(|| format!("device {device}"))?;
     let vocab = model.hparams.vocab_size;
-    let mut rng = Rng::new(args.seed);
-    let tokens: Vec<u32> = (0..total).map(|_| (rng.next_u64() % vocab as u64) as u32).collect();
+    let (tokens, source) = match &args.text {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).with_context(|| format!("reading --text {}", path.display()))?;
+            let mut ids = model.tokenizer.encode(&text, true, true).with_context(|| format!("tokenizing {}", path.display()))?;
+            anyhow::ensure!(ids.len() >= total, "--text {}: {} tokens, fewer than --prompt-tokens + --positions = {total}", path.display(), ids.len());
+            ids.truncate(total);
+            (ids, format!("the first {total} tokens of {}", path.display()))
+        }
+        None => {
+            let mut rng = Rng::new(args.seed);
+            ((0..total).map(|_| (rng.next_u64() % vocab as u64) as u32).collect(), format!("a random prompt (seed {})", args.seed))
+        }
+    };
     let want = cpu.teacher_forced_logits(&tokens).context("CPU forward")?;
     let got = dev.teacher_forced_logits(&tokens).with_context(|| format!("{device} forward"))?;
     let (mut a, mut b) = (Vec::new(), Vec::new());
     let (mut kl_sum, mut agree, mut identical) = (0.0f64, 0usize, 0usize);
-    for i in args.prompt_tokens..total {
+    for i in prompt_tokens..total {
         identical += usize::from(want[i * vocab..(i + 1) * vocab].iter().zip(&got[i * vocab..(i + 1) * vocab]).all(|(x, y)| x.to_bits() == y.to_bits()));
         log_softmax(&want[i * vocab..(i + 1) * vocab], &mut a);
         log_softmax(&got[i * vocab..(i + 1) * vocab], &mut b);
@@ -90,19 +114,20 @@ pub fn run(args: CompareArgs) -> Result<ExitCode> {
         kl_sum += kl;
         agree += usize::from(argmax(&a) == argmax(&b));
     }
-    let kl = kl_sum / args.positions as f64;
-    let top1 = agree as f64 / args.positions as f64;
+    let kl = kl_sum / positions as f64;
+    let top1 = agree as f64 / positions as f64;
     let pass = kl <= args.max_kl && top1 >= args.min_top1;
     println!(
-        "{device}{} vs cpu on {}: {} positions after a {}-token prompt, {} tokens per step: mean KL {kl:.6} nats (bar {}), top-1 {agree}/{} (bar {:.0}), logits bit-identical at {identical}: {}",
+        "{device}{}{} vs cpu on {}, {source}: {} positions after a {}-token prompt, {} tokens per step: mean KL {kl:.6} nats (bar {}), top-1 {agree}/{} (bar {:.0}), logits bit-identical at {identical}: {}",
         args.device_simd.as_deref().map(|s| format!(" ({s} kernels)")).unwrap_or_default(),
+        if args.nudge_norms { " (norms nudged one ulp)" } else { "" },
         model.name,
-        args.positions,
-        args.prompt_tokens,
+        positions,
+        prompt_tokens,
         args.ubatch,
         args.max_kl,
-        args.positions,
-        args.min_top1 * args.positions as f64,
+        positions,
+        args.min_top1 * positions as f64,
         if pass { "PASS" } else { "FAIL" }
     );
     Ok(if pass { ExitCode::SUCCESS } else { ExitCode::FAILURE })

@@ -134,6 +134,7 @@ pub fn engine_options(config: &Config, model: &LoadedModel, single_sequence: boo
         },
         max_seqs: if single_sequence { 1 } else { config.batching.max_seqs },
         parallel_logits_min: config.batching.parallel_sampling_min_logits,
+        cpu_nudge_norms: false,
         kv_in_host_memory: config.kv.resident == strata_config::KvResidence::Host,
     }
 }

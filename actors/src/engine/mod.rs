@@ -56,6 +56,9 @@ pub struct EngineOptions {
     /// thread, next to ~20 ms of GPU work (spread: decode 1,092 -> 1,513 t/s). Below it one
     /// thread: the CPU device's compute threads would be competed with for less than it saves.
     pub parallel_logits_min: usize,
+    /// The CPU device moves every RMSNorm output one ulp (`CpuOptions::nudge_norms`): a
+    /// measurement of how far any arithmetic that is not the CPU's bit for bit lands.
+    pub cpu_nudge_norms: bool,
 }
 
 impl Default for EngineOptions {
@@ -76,6 +79,7 @@ impl Default for EngineOptions {
             vulkan_exact: false,
             cpu_products: strata_quant::ProductOrder::Ggml,
             parallel_logits_min: 1 << 19,
+            cpu_nudge_norms: false,
         }
     }
 }
@@ -328,7 +332,7 @@ impl Engine {
             model.graph.clone(),
             model.file.clone(),
             kv,
-            CpuOptions { threads: opts.threads, max_batch_tokens: opts.ubatch, max_outputs: opts.max_outputs, block_size: opts.block_size, kernels },
+            CpuOptions { threads: opts.threads, max_batch_tokens: opts.ubatch, max_outputs: opts.max_outputs, block_size: opts.block_size, kernels, nudge_norms: opts.cpu_nudge_norms },
         )?)
     }
 

@@ -36,6 +36,12 @@ pub struct CpuOptions {
     pub block_size: usize,
     /// The kernel set; `None` picks the best this CPU has.
     pub kernels: Option<Kernels>,
+    /// Moves every RMSNorm output one representable value away from zero: a measurement, not a
+    /// mode to serve with. The CPU against itself so perturbed gives the KL and top-1 agreement
+    /// that any arithmetic not bit-identical to this device's meets on a model (8-bit activations
+    /// turn a last-bit difference into a different rounding a few layers on), the floor under a
+    /// device comparison's bars (`strata-rt compare-devices --nudge-norms`).
+    pub nudge_norms: bool,
 }
 
 /// The CPU device's description for `strata-rt devices`.
@@ -626,6 +632,7 @@ impl CpuPlan {
                         let sums = SharedMut(x.as_mut_ptr());
                         let w = self.small_shared(*weight);
                         let eps = hp.rms_eps;
+                        let nudge = self.opts.nudge_norms;
                         let y_ref = &y;
                         let produce = move |t: usize, orow: &mut [f32]| {
                             // SAFETY: row t of the residual sum (checked above) is written only by
@@ -633,6 +640,9 @@ impl CpuPlan {
                             let xrow = unsafe { std::slice::from_raw_parts_mut(sums.ptr().add(t * d), d) };
                             xrow.iter_mut().zip(&y_ref[t * d..(t + 1) * d]).for_each(|(a, b)| *a += b);
                             ops::rms_norm(xrow, &w, eps, orow);
+                            if nudge {
+                                ops::nudge_one_ulp(orow);
+                            }
                         };
                         let done = self.matmul(*out, outputs, n, n_out, Some(&produce));
                         self.bufs[acc.0 as usize] = x;
@@ -643,6 +653,7 @@ impl CpuPlan {
                     let mut o = std::mem::take(&mut self.bufs[out.0 as usize]);
                     let (sums, dst) = (SharedMut(x.as_mut_ptr()), SharedMut(o.as_mut_ptr()));
                     let w = self.small(*weight);
+                    let nudge = self.opts.nudge_norms;
                     self.par_ranges(rows, ROW_OP_MIN_ROWS, |r| {
                         for t in r {
                             // SAFETY: row t of the sum and of the output (both buffers hold at
@@ -651,6 +662,9 @@ impl CpuPlan {
                             let (xrow, orow) = unsafe { (std::slice::from_raw_parts_mut(sums.ptr().add(t * d), d), std::slice::from_raw_parts_mut(dst.ptr().add(t * d), d)) };
                             xrow.iter_mut().zip(&y[t * d..(t + 1) * d]).for_each(|(a, b)| *a += b);
                             ops::rms_norm(xrow, w, hp.rms_eps, orow);
+                            if nudge {
+                                ops::nudge_one_ulp(orow);
+                            }
                         }
                     });
                     self.bufs[acc.0 as usize] = x;
@@ -684,11 +698,15 @@ impl CpuPlan {
                     let mut o = std::mem::take(&mut self.bufs[out.0 as usize]);
                     let dst = SharedMut(o.as_mut_ptr());
                     let w = self.small(*weight);
+                    let nudge = self.opts.nudge_norms;
                     self.par_ranges(rows, ROW_OP_MIN_ROWS, |r| {
                         for t in r {
                             // SAFETY: row t is written by the one thread whose range holds t.
                             let orow = unsafe { std::slice::from_raw_parts_mut(dst.ptr().add(t * d), d) };
                             ops::rms_norm(&x[t * d..(t + 1) * d], w, hp.rms_eps, orow);
+                            if nudge {
+                                ops::nudge_one_ulp(orow);
+                            }
                         }
                     });
                     self.bufs[input.0 as usize] = x;
@@ -704,6 +722,9 @@ impl CpuPlan {
                         for h in 0..*n_heads {
                             let s = t * width + h * hp.head_dim;
                             ops::rms_norm(&x[s..s + hp.head_dim], w, hp.rms_eps, &mut tmp);
+                            if self.opts.nudge_norms {
+                                ops::nudge_one_ulp(&mut tmp);
+                            }
                             x[s..s + hp.head_dim].copy_from_slice(&tmp);
                         }
                     }

@@ -17,6 +17,17 @@ pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     }
 }
 
+/// Moves each value one representable value away from zero (zero to the smallest subnormal; the
+/// largest finite magnitudes, infinities and NaNs stay as they are): `CpuOptions::nudge_norms`'
+/// perturbation.
+pub fn nudge_one_ulp(values: &mut [f32]) {
+    for v in values {
+        if v.abs() < f32::MAX {
+            *v = f32::from_bits(v.to_bits() + 1);
+        }
+    }
+}
+
 /// The cos and sin of each of the `rope_dims / 2` rotary angles at position `pos`, as ggml's
 /// `rope_cache_init` computes them: the angle starts at `pos` and is multiplied by
 /// `base^(-2/rope_dims)` (libm `powf`) from one pair to the next, in f32. The Vulkan plan
@@ -206,6 +217,20 @@ mod tests {
     use super::*;
     use rand::{Rng, SeedableRng};
     use strata_kv::{KvDtype, KvLayout, KvShape, LayoutParams};
+
+    #[test]
+    fn nudge_moves_each_finite_value_one_ulp_away_from_zero() {
+        let mut v = [1.0f32, -1.0, 0.0, -0.0, f32::MAX, f32::INFINITY, f32::NAN, 3.5e-42];
+        nudge_one_ulp(&mut v);
+        assert_eq!(v[0], 1.0 + f32::EPSILON);
+        assert_eq!(v[1], -1.0 - f32::EPSILON);
+        assert_eq!(v[2].to_bits(), 1);
+        assert_eq!(v[3].to_bits(), 0x8000_0001);
+        assert_eq!(v[4], f32::MAX);
+        assert_eq!(v[5], f32::INFINITY);
+        assert!(v[6].is_nan());
+        assert_eq!(v[7].to_bits(), 3.5e-42f32.to_bits() + 1);
+    }
 
     /// The grouped attention is the per-head attention, bit for bit, whether a call takes one KV
     /// head or both, and every kernel level computes the scalar level's bits, for GQA groups of
