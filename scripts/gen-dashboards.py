@@ -161,7 +161,8 @@ def overview():
     d.row("Throughput")
     d.panel("timeseries", "Tokens / s", [(f"sum(rate(strata_generated_tokens_total{I}[{RI}]))", "generated"),
                                          (f"sum(rate(strata_prompt_tokens_total{I}[{RI}]))", "prompt"),
-                                         (f"sum(rate(strata_prefix_cache_reused_tokens_total{I}[{RI}]))", "prompt, from the prefix cache")])
+                                         (f"sum(rate(strata_prefix_cache_reused_tokens_total{I}[{RI}]))", "prompt, from the prefix cache"),
+                                         (f"sum(rate(strata_prefix_cache_copied_tokens_total{I}[{RI}]))", "of those, copied from a full cached block")])
     d.panel("timeseries", "Prefix cache hit ratio", [(f"sum(rate(strata_prefix_cache_hits_total{I}[{RI}])) / sum(rate(strata_prefix_cache_queries_total{I}[{RI}]))", "hits / queries")],
             unit="percentunit", desc="Sequences that reused at least one cached block, over sequences started.")
     d.panel("timeseries", "Prefix cache queries / s", [(f"sum(rate(strata_prefix_cache_queries_total{I}[{RI}]))", "queries"),
@@ -193,7 +194,9 @@ def engine():
     d.panel("stat", "KV blocks total", [(f"sum(strata_kv_arena_blocks{I})", "blocks")], w=12, h=5)
     d.row("Devices")
     d.panel("timeseries", "Step duration p95 by device and phase", quantiles("strata_step_duration_seconds", by="device, phase", qs=(0.95,)), unit="s")
-    d.panel("timeseries", "Steps / s by device and phase", [(f"sum by (device, phase) (rate(strata_step_duration_seconds_count{I}[{RI}]))", "{{device}} {{phase}}")])
+    d.panel("timeseries", "Steps / s by device and phase", [(f"sum by (device, phase) (rate(strata_step_duration_seconds_count{I}[{RI}]))", "{{device}} {{phase}}"),
+                                                            (f"sum(rate(strata_greedy_run_tokens_total{I}[{RI}]))", "of them in greedy runs")],
+            desc="Greedy runs: a lone greedy request's decode steps, each submitted before the host read the token before it (batching.greedy_run_tokens).")
     d.panel("timeseries", "Device busy fraction", [(f"sum by (device) (rate(strata_step_duration_seconds_sum{I}[{RI}]))", "{{device}}")], unit="percentunit",
             desc="Seconds spent in steps per second.")
     d.panel("table", "Build and devices", [(f"strata_build_info{I}", "")], w=24, h=5, table=True,

@@ -267,6 +267,40 @@ fn greedy_output_over_http_equals_generate() {
     assert_eq!(c["choices"][0]["message"]["content"].as_str(), Some(cli.as_str()), "chat vs `strata-rt generate --chat`: {c}");
 }
 
+/// The value of an unlabelled counter in the server's `/metrics` text.
+fn counter_value(s: &TestServer, name: &str) -> f64 {
+    let text = s.get("/metrics").text();
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} sample in /metrics:\n{text}"))
+}
+
+/// Greedy runs (`batching.greedy_run_tokens`): a lone greedy request decodes in runs whose steps
+/// go ahead of the host (on a GPU each is submitted before the token before it is read), cut
+/// by max_tokens mid-run here (runs of 5). The tokens, their count and the finish reason are
+/// those of a server taking one step at a time.
+#[test]
+fn greedy_runs_give_the_tokens_of_single_steps() {
+    let runs = TestServer::start_with(&[("STRATA_BATCHING__GREEDY_RUN_TOKENS", "5")]);
+    let steps = TestServer::start_with(&[("STRATA_BATCHING__GREEDY_RUN_TOKENS", "0")]);
+    for (prompt, max_tokens) in [("The capital of France is", 23), ("def fibonacci(n):\n", 8)] {
+        let a = runs.post_ok("/v1/completions", &completion_body(prompt, max_tokens));
+        let b = steps.post_ok("/v1/completions", &completion_body(prompt, max_tokens));
+        assert_eq!(a["choices"][0]["text"], b["choices"][0]["text"], "{prompt:?}: runs {a} against single steps {b}");
+        assert_eq!(a["choices"][0]["finish_reason"], b["choices"][0]["finish_reason"], "{a} {b}");
+        assert_eq!(a["usage"]["completion_tokens"], b["usage"]["completion_tokens"], "{a} {b}");
+    }
+    let ran = counter_value(&runs, "strata_greedy_run_tokens_total");
+    assert!(ran >= 10.0, "the lone greedy requests decoded in runs: {ran} tokens");
+    assert_eq!(counter_value(&steps, "strata_greedy_run_tokens_total"), 0.0, "greedy_run_tokens = 0 turns runs off");
+    // Logprobs need every step's logits: no run.
+    let before = counter_value(&runs, "strata_greedy_run_tokens_total");
+    let lp = runs.post_ok("/v1/completions", &with(completion_body("Water boils at", 6), json!({"logprobs": 2})));
+    assert!(lp["choices"][0]["logprobs"].is_object(), "{lp}");
+    assert_eq!(counter_value(&runs, "strata_greedy_run_tokens_total"), before, "a request with logprobs takes single steps");
+}
+
 /// A stop string taken from the middle of the unconstrained greedy text.
 fn pick_stop(text: &str) -> (String, String) {
     let chars: Vec<(usize, char)> = text.char_indices().collect();

@@ -85,6 +85,9 @@ pub const STEP_DURATION: &str = "strata_step_duration_seconds";
 pub const STEP_BATCH_SIZE: &str = "strata_step_batch_size";
 /// Tokens computed in one step (histogram).
 pub const STEP_TOKENS: &str = "strata_step_tokens";
+/// Tokens decoded in greedy runs: a lone greedy request's steps, each submitted before the host
+/// read the token before it (counter; `batching.greedy_run_tokens`).
+pub const GREEDY_RUN_TOKENS: &str = "strata_greedy_run_tokens_total";
 
 /// Always 1, labelled with the version, git revision, model and devices (gauge).
 pub const BUILD_INFO: &str = "strata_build_info";
@@ -144,6 +147,7 @@ pub const ALL: &[MetricDef] = &[
     def(STEP_DURATION, Kind::Histogram, Some(Unit::Seconds), "Duration of one batched device step, by device and phase (prefill, decode, mixed)."),
     def(STEP_BATCH_SIZE, Kind::Histogram, Some(Unit::Count), "Sequences in one batched step."),
     def(STEP_TOKENS, Kind::Histogram, Some(Unit::Count), "Tokens computed in one batched step (prompt chunks plus one per decoding sequence)."),
+    def(GREEDY_RUN_TOKENS, Kind::Counter, Some(Unit::Count), "Tokens decoded in greedy runs: a lone greedy request's decode steps, each submitted before the host read the token before it (each also counts as a step of one token)."),
     def(BUILD_INFO, Kind::Gauge, None, "Always 1; version, git revision, model and devices in the labels."),
     def(PROCESS_RESIDENT_MEMORY, Kind::Gauge, Some(Unit::Bytes), "Resident set size of the strata-rt process (read at scrape time)."),
     def(PROCESS_OPEN_FDS, Kind::Gauge, Some(Unit::Count), "Open file descriptors of the strata-rt process (read at scrape time)."),
@@ -375,6 +379,7 @@ pub struct SchedulerMetrics {
     step: [Histogram; 3],
     batch: Histogram,
     step_tokens: Histogram,
+    greedy_run_tokens: Counter,
 }
 
 impl SchedulerMetrics {
@@ -417,8 +422,10 @@ impl SchedulerMetrics {
             step: PHASES.map(step),
             batch: histogram!(STEP_BATCH_SIZE),
             step_tokens: histogram!(STEP_TOKENS),
+            greedy_run_tokens: counter!(GREEDY_RUN_TOKENS),
         };
         m.handoffs.absolute(0);
+        m.greedy_run_tokens.absolute(0);
         m.set_running(0);
         m.publish_kv(arena);
         m
@@ -461,6 +468,11 @@ impl SchedulerMetrics {
     /// A request's first token was sampled `since_arrival` after it reached the scheduler.
     pub fn first_token(&self, since_arrival: Duration) {
         self.ttft.record(since_arrival);
+    }
+
+    /// `tokens` tokens were decoded in a greedy run (each also recorded as a step).
+    pub fn greedy_run(&self, tokens: usize) {
+        self.greedy_run_tokens.increment(tokens as u64);
     }
 
     /// A sequence's blocks moved from the prefill owner to the decode owner.

@@ -218,6 +218,7 @@ fn every_key_set() -> Config {
             ubatch: d.batching.ubatch,
             max_seqs: d.batching.max_seqs,
             parallel_sampling_min_logits: d.batching.parallel_sampling_min_logits,
+            greedy_run_tokens: d.batching.greedy_run_tokens,
         },
         kv: KvConfig {
             max_context: d.kv.max_context,

@@ -267,6 +267,12 @@ pub struct BatchingConfig {
     /// `524288` (a GPU's steps of 4 or more sequences of a 152k vocabulary; none of the default
     /// model's steps of up to 10 sequences).
     pub parallel_sampling_min_logits: usize,
+    /// `greedy_run_tokens`: while one greedy request without logprobs runs alone and nothing
+    /// waits, its decode steps go in runs of up to this many tokens, each step submitted before
+    /// the host has read the token of the step before (a GPU then never waits for the host
+    /// between tokens). A request arriving, a stop or a cancellation ends a run after at most
+    /// one more step, whose token is dropped. 0 turns runs off. Default `32`.
+    pub greedy_run_tokens: usize,
 }
 
 impl Default for BatchingConfig {
@@ -276,6 +282,7 @@ impl Default for BatchingConfig {
             ubatch: 512,
             max_seqs: 16,
             parallel_sampling_min_logits: 1 << 19,
+            greedy_run_tokens: 32,
         }
     }
 }

@@ -85,6 +85,15 @@ pub(crate) fn check(c: &Config) -> Vec<Violation> {
             bad(&[key], "must be at least 1".into());
         }
     }
+    if b.greedy_run_tokens > MAX_GREEDY_RUN_TOKENS {
+        bad(
+            &["batching.greedy_run_tokens"],
+            format!(
+                "must be at most {MAX_GREEDY_RUN_TOKENS} (0 turns greedy runs off), got {}: a run reserves its KV cells at once",
+                b.greedy_run_tokens
+            ),
+        );
+    }
     if b.ubatch > b.prefill_chunk && b.prefill_chunk > 0 {
         bad(
             &["batching.ubatch", "batching.prefill_chunk"],
@@ -206,6 +215,9 @@ pub(crate) fn check(c: &Config) -> Vec<Violation> {
 
     v
 }
+
+/// `batching.greedy_run_tokens` at most: a run reserves its KV cells before it starts.
+const MAX_GREEDY_RUN_TOKENS: usize = 4096;
 
 const LEVELS: &[&str] = &["off", "error", "warn", "info", "debug", "trace"];
 

@@ -382,6 +382,7 @@ fn impossible_values() {
     let cases: &[(&str, &str)] = &[
         ("[batching]\nmax_seqs = 0", "batching.max_seqs"),
         ("[batching]\nprefill_chunk = 0", "batching.prefill_chunk"),
+        ("[batching]\ngreedy_run_tokens = 5000", "batching.greedy_run_tokens"),
         ("[experts]\npcie_frac = 1.5", "experts.pcie_frac"),
         ("[experts]\npcie_frac = nan", "experts.pcie_frac"),
         ("[speculative]\nmin_p = -0.1", "speculative.min_p"),

@@ -145,6 +145,7 @@ fn load(config: &Config) -> Result<(Ready, SchedulerThread)> {
         timing_log: config.log.timing_log.clone(),
         prefill_device,
         decode_device,
+        greedy_run_tokens: config.batching.greedy_run_tokens,
     };
     let scheduler = SchedulerThread::start(engine, opts).context("starting the scheduler")?;
     let served_name = config.model.served_name();

@@ -468,6 +468,36 @@ impl Engine {
         Ok(picked)
     }
 
+    /// Greedy decode steps of the running sequence `seq` (handed to decode) after `token`, as one
+    /// run of up to `max_steps` through the decode device's [`ForwardPlan::decode_greedy`]: a
+    /// GPU submits each step before the host has read the token of the step before. `keep_going`
+    /// sees each picked token in order; returning false ends the run, and a step already in
+    /// flight then finishes with its token dropped. The run's cells are reserved at once; those
+    /// of the tokens fed (`token`, then each picked one but the last) are committed.
+    ///
+    /// Returns the picked tokens (each one `keep_going` saw), or `None` when the KV arena cannot
+    /// hold `max_steps` more tokens of `seq` now (nothing ran: take steps one at a time).
+    ///
+    /// # Errors
+    /// A device error (the run's cells are then unspecified: end the sequence) or a stopped
+    /// broker.
+    pub fn decode_greedy_run_with(&mut self, seq: SeqId, token: u32, max_steps: usize, keep_going: &mut dyn FnMut(u32) -> bool) -> Result<Option<Vec<u32>>, EngineError> {
+        if max_steps == 0 {
+            return Ok(Some(Vec::new()));
+        }
+        let vocab = self.model.hparams.vocab_size;
+        let Ok(r) = self.kv.reserve_batch(vec![(seq, max_steps)])?.pop().ok_or(BrokerError::Gone)? else {
+            return Ok(None);
+        };
+        let start = u32::try_from(r.start_pos).map_err(|_| EngineError::Device(DeviceError::BadBatch(format!("position {} is beyond 2^32", r.start_pos))))?;
+        let picked = self.plan_for(true, 1).decode_greedy(token, start, &r.table, max_steps, vocab, keep_going)?;
+        if let Some((_, fed_after_first)) = picked.split_last() {
+            let inputs: Vec<u32> = std::iter::once(token).chain(fed_after_first.iter().copied()).collect();
+            self.kv.commit_batch(vec![(seq, inputs)])?;
+        }
+        Ok(Some(picked))
+    }
+
     /// Runs one sequence's `tokens` in ubatch-sized steps; returns the last token's logits, or
     /// every token's when `all_logits`.
     /// `decode`: the tokens are generated ones (they run on the decode device); prompt tokens run

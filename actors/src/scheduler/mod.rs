@@ -40,6 +40,9 @@ pub struct SchedulerOptions {
     /// Device names for the timing record.
     pub prefill_device: String,
     pub decode_device: String,
+    /// Most tokens of one greedy run (`batching.greedy_run_tokens`; 0: none): a lone greedy
+    /// request's decode steps, each submitted before the host reads the token before it.
+    pub greedy_run_tokens: usize,
 }
 
 /// The most likely alternatives of one generated token.
@@ -462,7 +465,7 @@ impl Scheduler {
                 i += 1;
             }
         }
-        if self.running.is_empty() {
+        if self.running.is_empty() || self.greedy_run() {
             return;
         }
         // Decoding sequences first (one token each), then prompt chunks in the room left.
@@ -621,6 +624,76 @@ impl Scheduler {
             let r = self.running.swap_remove(i);
             self.end(r, stop, error);
         }
+    }
+
+    /// A lone greedy request's next decode steps as one run (`greedy_run_tokens`), when it runs
+    /// alone, decodes, wants neither logprobs nor sampling, and nothing waits: on a GPU each step
+    /// is submitted before the host has read the token before it. Each token is handled as
+    /// [`Scheduler::step`] handles it; anything else for the scheduler to look at (a command, a
+    /// waiting request, a stop, a closed stream, a deadline) ends the run after that token.
+    /// Returns whether a run took the step's place (false: nothing ran).
+    fn greedy_run(&mut self) -> bool {
+        let Scheduler { engine, running, metrics, rx, queued, opts, drain_deadline, waiting, .. } = self;
+        let [r] = running.as_mut_slice() else { return false };
+        let Phase::Decode { next } = r.phase else { return false };
+        let steps = r.budget.saturating_sub(r.generated).min(opts.greedy_run_tokens);
+        let nothing_else = |rx: &Receiver<Command>, queued: &AtomicUsize| rx.is_empty() && queued.load(Ordering::SeqCst) == 0;
+        if steps < 2 || r.req.logprobs.is_some() || !r.sampler.picks_argmax() || !waiting.is_empty() || !nothing_else(rx, queued) {
+            return false;
+        }
+        let model = engine.model().clone();
+        let (seq, timeout, deadline) = (r.seq, opts.request_timeout, *drain_deadline);
+        let mut finish = None;
+        let mut ran = 0;
+        let mut last_token_at = Instant::now();
+        let result = {
+            let mut keep_going = |tok: u32| -> bool {
+                metrics.step(1, 1, 1, last_token_at.elapsed());
+                last_token_at = Instant::now();
+                ran += 1;
+                r.history.push(tok);
+                r.generated += 1;
+                if model.tokenizer.is_end_of_generation(tok) {
+                    finish = Some(StopReason::Stop);
+                    return false;
+                }
+                if r.req.events.try_send(GenEvent::Token { id: tok, logprob: None }).is_err() {
+                    finish = Some(StopReason::Cancelled);
+                    return false;
+                }
+                r.emitted += 1;
+                if r.generated >= r.budget {
+                    finish = Some(StopReason::Length);
+                    return false;
+                }
+                r.phase = Phase::Decode { next: tok };
+                nothing_else(rx, queued)
+                    && !r.req.events.is_closed()
+                    && !r.req.control.stop.load(Ordering::Relaxed)
+                    && r.admitted.elapsed() <= timeout
+                    && deadline.is_none_or(|d| Instant::now() < d)
+            };
+            // A panic in the device code fails this request, not the server.
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| engine.decode_greedy_run_with(seq, next, steps, &mut keep_going)))
+                .unwrap_or_else(|p| Err(crate::engine::EngineError::Panic(panic_message(&p))))
+        };
+        metrics.greedy_run(ran);
+        match result {
+            // The arena cannot hold the run now: steps one at a time (which defer or fail it).
+            Ok(None) => return false,
+            Ok(Some(_)) => {
+                if let Some(stop) = finish {
+                    let r = self.running.swap_remove(0);
+                    self.end(r, stop, None);
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "greedy run failed; ending its sequence");
+                let r = self.running.swap_remove(0);
+                self.end(r, StopReason::Cancelled, Some(format!("device error: {e}")));
+            }
+        }
+        true
     }
 
     fn end(&mut self, r: Running, stop: StopReason, error: Option<String>) {
