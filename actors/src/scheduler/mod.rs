@@ -679,8 +679,10 @@ impl Scheduler {
         };
         metrics.greedy_run(ran);
         match result {
-            // The arena cannot hold the run now: steps one at a time (which defer or fail it).
+            // The arena cannot hold the run now (or the device ran none of it): steps one at a
+            // time, which defer or fail it.
             Ok(None) => return false,
+            Ok(Some(picked)) if picked.is_empty() => return false,
             Ok(Some(_)) => {
                 if let Some(stop) = finish {
                     let r = self.running.swap_remove(0);
