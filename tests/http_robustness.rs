@@ -473,6 +473,27 @@ fn shutdown_error_position(chunks: &[String]) -> Option<usize> {
     at
 }
 
+/// `server.request_timeout_s`: a stream that runs past it ends with an error naming the limit and
+/// `[DONE]`, within a step or two (the limit is checked between the tokens of a greedy run too,
+/// which a lone greedy request decodes in), and the server keeps serving.
+#[test]
+fn a_stream_past_the_time_limit_ends_with_an_error_naming_it() {
+    let s = TestServer::start_with(&[("STRATA_SERVER__REQUEST_TIMEOUT_S", "3")]);
+    // Counts on greedily for far longer than the limit (~60 s of decode on two cores).
+    let body = json!({"prompt": "1, 2, 3, 4, 5, 6, 7, 8,", "temperature": 0, "max_tokens": 2000, "stream": true});
+    let started = Instant::now();
+    let events = s.stream(CMPL, &body);
+    let took = started.elapsed();
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"), "the stream ends with [DONE]: {events:?}");
+    assert!(events.len() >= 2, "{events:?}");
+    let last: Value = serde_json::from_str(&events[events.len() - 2]).unwrap_or_else(|e| panic!("a chunk is JSON ({e}): {events:?}"));
+    let msg = last["error"]["message"].as_str().unwrap_or_default();
+    assert!(msg.contains("past the server's 3 s limit"), "the last chunk names the time limit: {last}");
+    assert!(took < Duration::from_secs(30), "ended {took:?} after it started, the limit being 3 s");
+    s.wait_idle();
+    assert_serving(&s, "a stream past the time limit");
+}
+
 /// A streaming completion that counts on greedily (never an end-of-text before `max_tokens`),
 /// after its first three events.
 fn counting_stream(s: &TestServer, max_tokens: usize) -> http::Sse {
