@@ -451,21 +451,36 @@ impl Engine {
             }
             return Ok(picked);
         }
-        let vocab = self.model.hparams.vocab_size;
-        let t0 = Instant::now();
-        let r = self.kv.reserve_batch(vec![(seq, n_steps)])?.pop().ok_or(BrokerError::Gone)??;
-        let start = u32::try_from(r.start_pos).map_err(|_| EngineError::Device(DeviceError::BadBatch(format!("position {} is beyond 2^32", r.start_pos))))?;
-        let t1 = Instant::now();
-        let picked = self.plan_for(true, 1).decode_greedy(token, start, &r.table, n_steps, vocab, &mut |_| true)?;
-        let t2 = Instant::now();
+        let picked = self.reserved_greedy_run(seq, token, n_steps, &mut |_| true, phases)??;
         if picked.len() != n_steps {
             return Err(EngineError::Device(DeviceError::BadBatch(format!("a greedy run of {n_steps} steps returned {} tokens", picked.len()))));
         }
-        // The run's inputs: its first token, then each picked one but the last.
-        let inputs: Vec<u32> = std::iter::once(token).chain(picked[..n_steps - 1].iter().copied()).collect();
-        self.kv.commit_batch(vec![(seq, inputs)])?;
-        phases.add([t1 - t0, t2 - t1, t2.elapsed()]);
         Ok(picked)
+    }
+
+    /// Up to `max_steps` greedy decode steps of `seq` after `token` in one run of the decode
+    /// device's [`ForwardPlan::decode_greedy`] (a GPU keeps two in flight), `keep_going` seeing
+    /// each picked token: the run's KV cells reserved at once, those of the tokens fed (`token`,
+    /// then each picked one but the last) committed after. Returns the picked tokens, or the
+    /// arena's refusal of the reservation (nothing ran). Adds each phase's time to `phases`
+    /// (the device's part as the step's).
+    fn reserved_greedy_run(&mut self, seq: SeqId, token: u32, max_steps: usize, keep_going: &mut dyn FnMut(u32) -> bool, phases: &mut DecodePhases) -> Result<Result<Vec<u32>, KvError>, EngineError> {
+        let vocab = self.model.hparams.vocab_size;
+        let t0 = Instant::now();
+        let r = match self.kv.reserve_batch(vec![(seq, max_steps)])?.pop().ok_or(BrokerError::Gone)? {
+            Ok(r) => r,
+            Err(e) => return Ok(Err(e)),
+        };
+        let start = u32::try_from(r.start_pos).map_err(|_| EngineError::Device(DeviceError::BadBatch(format!("position {} is beyond 2^32", r.start_pos))))?;
+        let t1 = Instant::now();
+        let picked = self.plan_for(true, 1).decode_greedy(token, start, &r.table, max_steps, vocab, keep_going)?;
+        let t2 = Instant::now();
+        if let Some((_, fed_after_first)) = picked.split_last() {
+            let inputs: Vec<u32> = std::iter::once(token).chain(fed_after_first.iter().copied()).collect();
+            self.kv.commit_batch(vec![(seq, inputs)])?;
+        }
+        phases.add([t1 - t0, t2 - t1, t2.elapsed()]);
+        Ok(Ok(picked))
     }
 
     /// Greedy decode steps of the running sequence `seq` (handed to decode) after `token`, as one
@@ -485,17 +500,7 @@ impl Engine {
         if max_steps == 0 {
             return Ok(Some(Vec::new()));
         }
-        let vocab = self.model.hparams.vocab_size;
-        let Ok(r) = self.kv.reserve_batch(vec![(seq, max_steps)])?.pop().ok_or(BrokerError::Gone)? else {
-            return Ok(None);
-        };
-        let start = u32::try_from(r.start_pos).map_err(|_| EngineError::Device(DeviceError::BadBatch(format!("position {} is beyond 2^32", r.start_pos))))?;
-        let picked = self.plan_for(true, 1).decode_greedy(token, start, &r.table, max_steps, vocab, keep_going)?;
-        if let Some((_, fed_after_first)) = picked.split_last() {
-            let inputs: Vec<u32> = std::iter::once(token).chain(fed_after_first.iter().copied()).collect();
-            self.kv.commit_batch(vec![(seq, inputs)])?;
-        }
-        Ok(Some(picked))
+        Ok(self.reserved_greedy_run(seq, token, max_steps, keep_going, &mut DecodePhases::default())?.ok())
     }
 
     /// Runs one sequence's `tokens` in ubatch-sized steps; returns the last token's logits, or

@@ -257,6 +257,31 @@ struct Running {
     budget: usize,
 }
 
+impl Running {
+    /// Takes the token this sequence's step picked, `eog` if it ends generation: it joins the
+    /// history, and unless it ends generation goes to the stream (with `logprob()`) and becomes
+    /// the next step's input. Returns why the sequence ends here, if it does: the end-of-
+    /// generation token (not sent), a stream that cannot take it, or the length budget.
+    fn take_token(&mut self, tok: u32, eog: bool, logprob: impl FnOnce() -> Option<TokenLogprob>) -> Option<StopReason> {
+        self.history.push(tok);
+        self.generated += 1;
+        if eog {
+            return Some(StopReason::Stop);
+        }
+        // The stream holds max_tokens + a few events, so it is never full while the client
+        // reads; a client that stopped reading is cancelled at the next step.
+        if self.req.events.try_send(GenEvent::Token { id: tok, logprob: logprob() }).is_err() {
+            return Some(StopReason::Cancelled);
+        }
+        self.emitted += 1;
+        if self.generated >= self.budget {
+            return Some(StopReason::Length);
+        }
+        self.phase = Phase::Decode { next: tok };
+        None
+    }
+}
+
 struct Scheduler {
     engine: Engine,
     opts: SchedulerOptions,
@@ -588,32 +613,18 @@ impl Scheduler {
                 }
             }
             let Some(tok) = sampled[*i] else { continue };
-            r.history.push(tok);
-            r.generated += 1;
             let eog = self.engine.model().tokenizer.is_end_of_generation(tok);
-            if eog {
-                finished.push((*i, StopReason::Stop, None));
-                continue;
-            }
+            let (lp_scratch, wanted) = (&mut self.lp_scratch, r.req.logprobs);
             // (Requests with logprobs always asked for their logits.)
-            let logprob = match (r.req.logprobs, output) {
+            let logprob = || match (wanted, output) {
                 (Some(top_n), RowOutput::Logits(row)) => {
-                    log_softmax(&logits[row * vocab..(row + 1) * vocab], &mut self.lp_scratch);
-                    Some(top_logprobs(&self.lp_scratch, tok, top_n))
+                    log_softmax(&logits[row * vocab..(row + 1) * vocab], lp_scratch);
+                    Some(top_logprobs(lp_scratch, tok, top_n))
                 }
                 _ => None,
             };
-            // The stream holds max_tokens + a few events, so it is never full while the client
-            // reads; a client that stopped reading is cancelled at the next step.
-            if r.req.events.try_send(GenEvent::Token { id: tok, logprob }).is_err() {
-                finished.push((*i, StopReason::Cancelled, None));
-                continue;
-            }
-            r.emitted += 1;
-            if r.generated >= r.budget {
-                finished.push((*i, StopReason::Length, None));
-            } else {
-                r.phase = Phase::Decode { next: tok };
+            if let Some(stop) = r.take_token(tok, eog, logprob) {
+                finished.push((*i, stop, None));
             }
         }
         // A failed sequence is answered with its error and counted as one, not as cancelled.
@@ -651,23 +662,9 @@ impl Scheduler {
                 metrics.step(1, 1, 1, last_token_at.elapsed());
                 last_token_at = Instant::now();
                 ran += 1;
-                r.history.push(tok);
-                r.generated += 1;
-                if model.tokenizer.is_end_of_generation(tok) {
-                    finish = Some(StopReason::Stop);
-                    return false;
-                }
-                if r.req.events.try_send(GenEvent::Token { id: tok, logprob: None }).is_err() {
-                    finish = Some(StopReason::Cancelled);
-                    return false;
-                }
-                r.emitted += 1;
-                if r.generated >= r.budget {
-                    finish = Some(StopReason::Length);
-                    return false;
-                }
-                r.phase = Phase::Decode { next: tok };
-                nothing_else(rx, queued)
+                finish = r.take_token(tok, model.tokenizer.is_end_of_generation(tok), || None);
+                finish.is_none()
+                    && nothing_else(rx, queued)
                     && !r.req.events.is_closed()
                     && !r.req.control.stop.load(Ordering::Relaxed)
                     && r.admitted.elapsed() <= timeout

@@ -639,10 +639,7 @@ impl CpuPlan {
                             // the thread that holds token t in the quantization pass.
                             let xrow = unsafe { std::slice::from_raw_parts_mut(sums.ptr().add(t * d), d) };
                             xrow.iter_mut().zip(&y_ref[t * d..(t + 1) * d]).for_each(|(a, b)| *a += b);
-                            ops::rms_norm(xrow, &w, eps, orow);
-                            if nudge {
-                                ops::nudge_one_ulp(orow);
-                            }
+                            ops::rms_norm_nudged(xrow, &w, eps, orow, nudge);
                         };
                         let done = self.matmul(*out, outputs, n, n_out, Some(&produce));
                         self.bufs[acc.0 as usize] = x;
@@ -661,10 +658,7 @@ impl CpuPlan {
                             // range holds t.
                             let (xrow, orow) = unsafe { (std::slice::from_raw_parts_mut(sums.ptr().add(t * d), d), std::slice::from_raw_parts_mut(dst.ptr().add(t * d), d)) };
                             xrow.iter_mut().zip(&y[t * d..(t + 1) * d]).for_each(|(a, b)| *a += b);
-                            ops::rms_norm(xrow, w, hp.rms_eps, orow);
-                            if nudge {
-                                ops::nudge_one_ulp(orow);
-                            }
+                            ops::rms_norm_nudged(xrow, w, hp.rms_eps, orow, nudge);
                         }
                     });
                     self.bufs[acc.0 as usize] = x;
@@ -703,10 +697,7 @@ impl CpuPlan {
                         for t in r {
                             // SAFETY: row t is written by the one thread whose range holds t.
                             let orow = unsafe { std::slice::from_raw_parts_mut(dst.ptr().add(t * d), d) };
-                            ops::rms_norm(&x[t * d..(t + 1) * d], w, hp.rms_eps, orow);
-                            if nudge {
-                                ops::nudge_one_ulp(orow);
-                            }
+                            ops::rms_norm_nudged(&x[t * d..(t + 1) * d], w, hp.rms_eps, orow, nudge);
                         }
                     });
                     self.bufs[input.0 as usize] = x;
@@ -721,10 +712,7 @@ impl CpuPlan {
                     for t in 0..n {
                         for h in 0..*n_heads {
                             let s = t * width + h * hp.head_dim;
-                            ops::rms_norm(&x[s..s + hp.head_dim], w, hp.rms_eps, &mut tmp);
-                            if self.opts.nudge_norms {
-                                ops::nudge_one_ulp(&mut tmp);
-                            }
+                            ops::rms_norm_nudged(&x[s..s + hp.head_dim], w, hp.rms_eps, &mut tmp, self.opts.nudge_norms);
                             x[s..s + hp.head_dim].copy_from_slice(&tmp);
                         }
                     }

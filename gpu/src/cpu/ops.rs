@@ -17,6 +17,15 @@ pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     }
 }
 
+/// [`rms_norm`], its output then moved one ulp ([`nudge_one_ulp`]) when `nudge`
+/// (`CpuOptions::nudge_norms`).
+pub fn rms_norm_nudged(x: &[f32], w: &[f32], eps: f32, out: &mut [f32], nudge: bool) {
+    rms_norm(x, w, eps, out);
+    if nudge {
+        nudge_one_ulp(out);
+    }
+}
+
 /// Moves each value one representable value away from zero (zero to the smallest subnormal; the
 /// largest finite magnitudes, infinities and NaNs stay as they are): `CpuOptions::nudge_norms`'
 /// perturbation.
