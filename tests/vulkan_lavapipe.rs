@@ -260,25 +260,26 @@ fn vulkan_fused_decode_stages_compute_the_unfused_bits() {
 /// A greedy decode step's argmax on the GPU (argmax.comp: the host reads back one token, not
 /// the logits) is the host's argmax of the same step's logits: 40 tokens generated greedily
 /// after an 8-token prompt, each against the argmax of the teacher-forced logits of the same
-/// one-token steps. The default model (a vocabulary of 12 passes of the workgroup's four loads
-/// of 1,024), Qwen2's graph with 1,024 (no whole pass) and with 5,000 (a pass and a rest).
+/// one-token steps. The default model (a vocabulary of 3 passes of the workgroup's four 16-byte
+/// loads of 1,024 invocations), Qwen2's graph with 1,024 (no whole pass) and with 20,003 (a pass,
+/// single 16-byte loads, and three values past the last whole vector).
 #[test]
 fn vulkan_greedy_steps_pick_the_argmax_of_their_logits() {
     let Some(i) = vulkan_index() else { return };
     let dir = std::env::temp_dir().join(format!("strata-vulkan-argmax-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
-    let vocab_5000 = {
+    let vocab_20003 = {
         use strata_model::synth::{shape_by_name, write_synthetic_model, SynthOptions};
         let mut shape = shape_by_name("tiny-qwen2").expect("known shape");
-        shape.vocab_size = 5000;
-        let path = dir.join("tiny-qwen2-vocab-5000.gguf");
+        shape.vocab_size = 20_003;
+        let path = dir.join("tiny-qwen2-vocab-20003.gguf");
         write_synthetic_model(&path, &SynthOptions { shape, ty: strata_quant::GgmlType::Q4_K, seed: 13, threads: 2 }, &mut |_, _| {}).expect("synthetic model");
         Arc::new(LoadedModel::load(&path).expect("the synthetic model loads"))
     };
     let models = [
         ("default", Arc::new(LoadedModel::load(&common::default_model()).expect("the default model loads"))),
         ("tiny-qwen2", synthetic_model(&dir, "tiny-qwen2", strata_quant::GgmlType::Q4_K, 11)),
-        ("tiny-qwen2, vocabulary 5,000", vocab_5000),
+        ("tiny-qwen2, vocabulary 20,003", vocab_20003),
     ];
     for (name, model) in models {
         let vocab = model.hparams.vocab_size;

@@ -32,6 +32,12 @@ pub(crate) fn int_quantize_groups(rows: usize, cols: usize) -> [u32; 3] {
     [(rows * cols.div_ceil(256)) as u32, 1, 1]
 }
 
+/// Workgroups of embed.comp for `n_tokens` rows of `cols` columns: a token's units of 32 columns
+/// spread over workgroups of 64 invocations (a decode step's one row then loads in one round).
+pub(crate) fn embed_groups(n_tokens: usize, cols: usize) -> [u32; 3] {
+    [n_tokens as u32, (cols.div_ceil(32 * 64) as u32).clamp(1, 65_535), 1]
+}
+
 /// Every kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kernel {

@@ -302,7 +302,7 @@ impl OpBackend for VulkanOps {
         let out = self.output(tokens.len() * cols)?;
         let aux = if layout.aux_bytes == 0 { 0 } else { w.address() + layout.aux_offset };
         let push = Push::new().addr(w.address()).addr(aux).addr(tb.address()).addr(out.address()).u32(cols as u32).u32(cols as u32);
-        self.run(|r| r.dispatch(Kernel::Embed(layout.format), &push, [tokens.len() as u32, 1, 1]))?;
+        self.run(|r| r.dispatch(Kernel::Embed(layout.format), &push, crate::vulkan::kernels::embed_groups(tokens.len(), cols)))?;
         Ok(Self::read(&out, tokens.len() * cols))
     }
 

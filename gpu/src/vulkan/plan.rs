@@ -945,7 +945,14 @@ impl VulkanPlan {
         let (partial, rope_table, block_size, rounded, max_context) = (self.partial, self.rope_table, self.opts.block_size, self.rounded, self.opts.max_context);
         let (counters, rounded_alt, gqa_from) = (self.counters, self.rounded_alt, self.gqa_from);
         let counters_buffer = self.arena.buffer(&counters);
-        let addr_of = |id: BufId| bufs[id.0 as usize].address;
+        // A step of one token and one output row: the ops after SelectRows read its input in
+        // place (its only row is the output row), a dispatch and a barrier fewer a token.
+        let elided_select = if n == 1 && n_out == 1 { elidable_select_rows(graph, ops) } else { None };
+        let mut addresses: Vec<u64> = bufs.iter().map(|b| b.address).collect();
+        if let Some((_, input, out)) = elided_select {
+            addresses[out.0 as usize] = addresses[input.0 as usize];
+        }
+        let addr_of = |id: BufId| addresses[id.0 as usize];
         let params_buffer = self.params_device.buffer;
         let params_host = self.params[tail.slot()].buffer;
         let readback_at = self.readback_of_slot(tail.slot());
@@ -1017,7 +1024,7 @@ impl VulkanPlan {
                     let w = weights[table.0 as usize].ok_or_else(|| unsupported(ctx, "embedding table not uploaded".into()))?;
                     let width = graph.buffer(*out).width;
                     let push = Push::new().addr(w.address).addr(w.aux()).addr(token_addr).addr(bufs[out.0 as usize].address).u32(w.cols as u32).u32(width as u32);
-                    rec.dispatch(Kernel::Embed(w.layout.format), &push, [n as u32, 1, 1])?;
+                    rec.dispatch(Kernel::Embed(w.layout.format), &push, crate::vulkan::kernels::embed_groups(n, w.cols))?;
                 }
                 Op::RmsNorm { input, weight, out } => {
                     if let Some(partials) = norm_out_done.take() {
@@ -1442,6 +1449,7 @@ impl VulkanPlan {
                     let push = Push::new().addr(addr_of(*acc)).addr(addr_of(*other)).u32(count);
                     rec.dispatch(Kernel::Add, &push, [count.div_ceil(256), 1, 1])?;
                 }
+                Op::SelectRows { .. } if elided_select.is_some_and(|(at, _, _)| at == op_index) => {}
                 Op::SelectRows { input, out } => {
                     let push = Push::new().addr(addr_of(*input)).addr(addr_of(*out)).addr(p_rows).u32(graph.buffer(*input).width as u32);
                     rec.dispatch(Kernel::SelectRows, &push, [n_out as u32, 1, 1])?;
@@ -2083,6 +2091,27 @@ fn read_before_written(ops: &[Op], buf: BufId) -> bool {
         }
     }
     false
+}
+
+/// The SelectRows op whose output the ops after it can read at its input's address in a step of
+/// one token and one output row: (its index, input, output). Nothing after it may change the
+/// input or write the output, and rows of both must be as wide.
+fn elidable_select_rows(graph: &ForwardGraph, ops: &[Op]) -> Option<(usize, BufId, BufId)> {
+    let (at, input, out) = ops.iter().enumerate().find_map(|(i, op)| match op {
+        Op::SelectRows { input, out } => Some((i, *input, *out)),
+        _ => None,
+    })?;
+    let changes = |op: &Op, buf: BufId| {
+        writes(op, buf)
+            || match op {
+                Op::Add { acc, .. } => *acc == buf,
+                Op::HeadNorm { buf: b, .. } | Op::Rope { buf: b, .. } => *b == buf,
+                _ => false,
+            }
+    };
+    let later = &ops[at + 1..];
+    let ok = input != out && graph.buffer(input).width == graph.buffer(out).width && !later.iter().any(|op| changes(op, input) || changes(op, out) || matches!(op, Op::SelectRows { .. }));
+    ok.then_some((at, input, out))
 }
 
 /// Whether `op` writes all of `buf` (without reading it).

@@ -95,8 +95,18 @@ float div_rn_integer(float a, float b) {
     uint ua = floatBitsToUint(a);
     uint ub = floatBitsToUint(b);
     if (is_inf_or_nan(ua) || is_inf_or_nan(ub) || is_zero(ua) || is_zero(ub)) {
-        // NaN, infinity or zero on either side: every division gets these right.
-        return a / b;
+        // NaN, infinity or zero on either side, spelled out: a driver's `a / b` may be
+        // a * (1 / b), and NVIDIA's flushes 1 / b to zero for b above 2^126 (inf / 3.4e38 came
+        // out NaN on the H200).
+        uint sign = (ua ^ ub) & 0x80000000u;
+        bool nan = (ua & 0x7FFFFFFFu) > 0x7F800000u || (ub & 0x7FFFFFFFu) > 0x7F800000u;
+        bool a_inf = is_inf_or_nan(ua);
+        bool b_inf = is_inf_or_nan(ub);
+        if (nan || (a_inf && b_inf) || (is_zero(ua) && is_zero(ub))) {
+            return uintBitsToFloat(0x7FC00000u);
+        }
+        // inf / finite and finite / 0: infinity; 0 / nonzero and finite / inf: zero.
+        return uintBitsToFloat(sign | (a_inf || is_zero(ub) ? 0x7F800000u : 0u));
     }
     ivec2 x = significand_exponent(ua);
     ivec2 y = significand_exponent(ub);

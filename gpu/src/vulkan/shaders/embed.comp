@@ -1,5 +1,6 @@
 #version 450
-// out[t] = table[token[t]], dequantized: one workgroup per token.
+// out[t] = table[token[t]], dequantized: workgroups (t, y) take units of 32 columns y, y + Y, ...
+// (Y workgroups a token, so that a decode step's one row is not one workgroup's serial loads).
 #include "common.glsl"
 #include "dequant.glsl"
 
@@ -19,7 +20,7 @@ void main() {
     uint tok = U32s(pc.tokens).v[t];
     uint n_units = (pc.cols + 31) / 32;
     F32s o = F32s(pc.out_);
-    for (uint u = gl_LocalInvocationID.x; u < n_units; u += 64) {
+    for (uint u = gl_WorkGroupID.y * 64 + gl_LocalInvocationID.x; u < n_units; u += 64 * gl_NumWorkGroups.y) {
         float wv[32];
         dequant_unit(pc.w, pc.aux, pc.cols, tok, u, wv);
         for (uint i = 0; i < 32; i++) {
