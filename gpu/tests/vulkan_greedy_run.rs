@@ -1,7 +1,8 @@
-//! A greedy run on the Vulkan device ([`ForwardPlan::decode_greedy`]) with two steps in flight,
-//! each later step reading its token where the step before left its argmax, decodes exactly the
-//! tokens of the same steps run one at a time with the host feeding each token; a run stopped
-//! early returns the tokens up to its stop and leaves the plan ready for the next run.
+//! A greedy run on the Vulkan device ([`ForwardPlan::decode_greedy`]) with two submissions in
+//! flight, of one or several steps each, each later step reading its token where the step before
+//! left its argmax, decodes exactly the tokens of the same steps run one at a time with the host
+//! feeding each token; a run stopped early returns the tokens up to its stop and leaves the plan
+//! ready for the next run.
 //!
 //! Skipped without a usable Vulkan device, unless `REQUIRE_VULKAN_DEVICE=1` (CI: lavapipe).
 
@@ -28,11 +29,10 @@ fn vulkan_context() -> Option<Arc<VulkanContext>> {
     Some(VulkanContext::with_options(d.index, ContextOptions::default()).expect("a listed Vulkan device opens"))
 }
 
-#[test]
-fn greedy_runs_with_two_steps_in_flight_decode_the_one_by_one_tokens() {
-    let Some(ctx) = vulkan_context() else { return };
-    // The default model: a real one, whose greedy tokens change with what it is fed (a random
-    // synthetic model settles on one token, under which a wrong feed would not show).
+/// The default model's plan on `ctx` (a real model, whose greedy tokens change with what it is
+/// fed: a random synthetic model settles on one token, under which a wrong feed would not show),
+/// its block table, vocabulary and context.
+fn default_model_plan(ctx: &Arc<VulkanContext>) -> (VulkanPlan, Vec<u32>, usize, usize) {
     let path = std::env::var_os("STRATA_TEST_MODEL").map(std::path::PathBuf::from).unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/SmolLM2-135M-Instruct.Q4_1.gguf"));
     assert!(path.is_file(), "the default model is missing at {}: run `bash scripts/fetch-model.sh` first", path.display());
     let file = GgufFile::open(&path).expect("the default model opens");
@@ -44,33 +44,67 @@ fn greedy_runs_with_two_steps_in_flight_decode_the_one_by_one_tokens() {
     params.block_size = block_size as u32;
     let layout = KvLayout::compute(&params).expect("layout");
     let opts = VulkanOptions { max_batch_tokens: 8, max_outputs: 8, block_size, max_context, max_seqs: 1 };
-    let mut plan = VulkanPlan::compile(&ctx, graph, &file, KvSource::Allocate(layout), opts).expect("the plan compiles");
+    let plan = VulkanPlan::compile(ctx, graph, &file, KvSource::Allocate(layout), opts).expect("the plan compiles");
     let table: Vec<u32> = (0..(max_context / block_size) as u32).collect();
-    let vocab = hp.vocab_size;
+    (plan, table, hp.vocab_size, max_context)
+}
+
+/// The tests of this file one at a time, also under `cargo test` (one process, several
+/// threads): they count fed steps process-wide and set a variable the plan reads.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+#[test]
+fn greedy_submissions_of_one_or_several_steps_decode_the_one_by_one_tokens() {
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    std::env::remove_var("STRATA_VULKAN_FUSE_SWIGLU_PRODUCT");
+    let Some(ctx) = vulkan_context() else { return };
+    let (mut plan, table, vocab, max_context) = default_model_plan(&ctx);
     let (first, n) = (504u32, 16usize);
 
-    let fed_before = fed_steps_submitted();
-    let pipelined = plan.decode_greedy(first, 0, &table, n, vocab, &mut |_| true).expect("a greedy run");
-    let fed = fed_steps_submitted() - fed_before;
     let one_by_one = greedy_steps_one_by_one(&mut plan, first, 0, &table, n, vocab, &mut |_| true).expect("steps one by one");
-    let distinct = pipelined.iter().collect::<std::collections::HashSet<_>>().len();
-    eprintln!("{n} tokens, {distinct} distinct; {fed} steps submitted before the host read their token");
-    assert_eq!(fed, n as u64 - 1, "every step after the first reads its token on the device");
-    assert_eq!(pipelined, one_by_one, "two steps in flight decode other tokens than one step at a time");
+    let distinct = one_by_one.iter().collect::<std::collections::HashSet<_>>().len();
     assert!(distinct >= 6, "too few distinct tokens ({distinct}) for a wrong feed to show");
+    // One step a submission, several (a run of 16 is then 1 + 3 x 5, or 1 + 4 x 3 + 3 single
+    // steps), and the most.
+    for steps in [1, 3, 4, strata_gpu::vulkan::GREEDY_MAX_STEPS_PER_SUBMISSION] {
+        plan.set_greedy_steps_per_submission(steps);
+        let fed_before = fed_steps_submitted();
+        let pipelined = plan.decode_greedy(first, 0, &table, n, vocab, &mut |_| true).expect("a greedy run");
+        let fed = fed_steps_submitted() - fed_before;
+        eprintln!("{steps} steps a submission: {n} tokens, {distinct} distinct; {fed} steps submitted before the host read their token");
+        assert_eq!(fed, n as u64 - 1, "every step after the first reads its token on the device ({steps} a submission)");
+        assert_eq!(pipelined, one_by_one, "greedy submissions of {steps} steps decode other tokens than one step at a time");
 
-    // A run that reaches beyond its block table fails with a clear error, and the plan stays usable
-    // (the runs after it).
-    let err = plan.decode_greedy(first, (max_context - 4) as u32, &table, 8, vocab, &mut |_| true).expect_err("positions beyond the table");
-    assert!(err.to_string().contains("beyond"), "{err}");
+        // A run that reaches beyond its block table fails with a clear error, and the plan stays
+        // usable (the runs after it).
+        let err = plan.decode_greedy(first, (max_context - 4) as u32, &table, 8, vocab, &mut |_| true).expect_err("positions beyond the table");
+        assert!(err.to_string().contains("beyond"), "{err}");
 
-    // Stopped after 7 tokens (a step after it is already in flight), then resumed from there.
-    let mut seen = 0;
-    let stopped = plan.decode_greedy(first, 0, &table, n, vocab, &mut |_| {
-        seen += 1;
-        seen < 7
-    });
-    assert_eq!(stopped.expect("a stopped run"), pipelined[..7], "a stopped run returns the tokens up to its stop");
-    let resumed = plan.decode_greedy(pipelined[6], 7, &table, n - 7, vocab, &mut |_| true).expect("the run resumed");
-    assert_eq!(resumed, pipelined[7..], "a run resumed after a stop decodes the rest");
+        // Stopped after 7 tokens (later steps are already in flight), then resumed from there.
+        let mut seen = 0;
+        let stopped = plan.decode_greedy(first, 0, &table, n, vocab, &mut |_| {
+            seen += 1;
+            seen < 7
+        });
+        assert_eq!(stopped.expect("a stopped run"), one_by_one[..7], "a stopped run returns the tokens up to its stop ({steps} a submission)");
+        let resumed = plan.decode_greedy(one_by_one[6], 7, &table, n - 7, vocab, &mut |_| true).expect("the run resumed");
+        assert_eq!(resumed, one_by_one[7..], "a run resumed after a stop decodes the rest ({steps} a submission)");
+    }
+}
+
+/// With the opt-in fused epilogues (`STRATA_VULKAN_FUSE_SWIGLU_PRODUCT=1`) each step zeroes their
+/// counters first; a fed step's token, in the argmax words after them, must survive that. (The
+/// variable is read when a step is recorded.)
+#[test]
+fn greedy_submissions_keep_their_tokens_when_each_step_zeroes_the_epilogue_counters() {
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let Some(ctx) = vulkan_context() else { return };
+    std::env::set_var("STRATA_VULKAN_FUSE_SWIGLU_PRODUCT", "1");
+    let (mut plan, table, vocab, _) = default_model_plan(&ctx);
+    let (first, n) = (504u32, 12usize);
+    let one_by_one = greedy_steps_one_by_one(&mut plan, first, 0, &table, n, vocab, &mut |_| true).expect("steps one by one");
+    plan.set_greedy_steps_per_submission(4);
+    let pipelined = plan.decode_greedy(first, 0, &table, n, vocab, &mut |_| true).expect("a greedy run");
+    std::env::remove_var("STRATA_VULKAN_FUSE_SWIGLU_PRODUCT");
+    assert_eq!(pipelined, one_by_one, "fed steps lose their token to the counters' zeroing");
 }

@@ -448,6 +448,8 @@ pub struct VulkanPlan {
     /// Chained stages (shaders/chain.glsl) of each recorded step shape: the workgroups each
     /// word counts by the step's end (word 0 none); empty for none. Its readback holds them.
     chain_words: HashMap<(usize, usize, StepTail), Vec<u32>>,
+    /// One-token steps a greedy run's command buffers hold, after its first step.
+    greedy_steps_per_submission: usize,
     ctx: Arc<VulkanContext>,
 }
 
@@ -458,22 +460,43 @@ enum StepTail {
     Logits,
     Argmax,
     TopK,
-    /// The argmax of a greedy run's later step ([`VulkanPlan::decode_greedy`]), whose token is
-    /// the one the step before wrote on the device, not the parameters'. The two slots (0, 1)
-    /// alternate: each has its own host parameter buffer and place in the readback, so the host
-    /// writes one step's while the step before runs, and reads a token that the step after
-    /// cannot overwrite.
-    ArgmaxFed(u8),
+    /// `steps` one-token steps of a greedy run after its first ([`VulkanPlan::decode_greedy`])
+    /// in one command buffer, each reading its token where the step before left its argmax on
+    /// the device, not from the parameters. The two slots (0, 1) alternate: each has its own
+    /// host parameter buffer (a region a step) and place in the readback, so the host writes
+    /// one submission's while the one before runs, and reads tokens that the one after cannot
+    /// overwrite.
+    ArgmaxFed { slot: u8, steps: u8 },
 }
 
 impl StepTail {
     /// Which host parameter buffer and readback place the step uses.
     fn slot(self) -> usize {
         match self {
-            StepTail::ArgmaxFed(slot) => usize::from(slot & 1),
+            StepTail::ArgmaxFed { slot, .. } => usize::from(slot & 1),
             _ => 0,
         }
     }
+
+    /// One-token steps the command buffer runs (one but for a greedy run's).
+    fn steps(self) -> usize {
+        match self {
+            StepTail::ArgmaxFed { steps, .. } => usize::from(steps).max(1),
+            _ => 1,
+        }
+    }
+}
+
+/// Most one-token steps of a greedy run one command buffer holds
+/// ([`VulkanPlan::set_greedy_steps_per_submission`]).
+pub const GREEDY_MAX_STEPS_PER_SUBMISSION: usize = 8;
+
+/// Greedy steps a command buffer holds unless `STRATA_VULKAN_GREEDY_STEPS` (1 to
+/// [`GREEDY_MAX_STEPS_PER_SUBMISSION`]) says otherwise.
+const DEFAULT_GREEDY_STEPS_PER_SUBMISSION: usize = 4;
+
+fn greedy_steps_from_env() -> usize {
+    std::env::var("STRATA_VULKAN_GREEDY_STEPS").ok().and_then(|v| v.parse::<usize>().ok()).map_or(DEFAULT_GREEDY_STEPS_PER_SUBMISSION, |k| k.clamp(1, GREEDY_MAX_STEPS_PER_SUBMISSION))
 }
 
 /// Recorded command buffers by step shape, with the pool and the timeline semaphore each step
@@ -768,14 +791,16 @@ impl VulkanPlan {
         let max_blocks_per_seq = opts.max_context.div_ceil(opts.block_size);
         let max_seqs = opts.max_seqs.clamp(1, opts.max_batch_tokens);
         let param_layout = ParamLayout::new(opts.max_batch_tokens, opts.max_outputs, max_seqs, max_blocks_per_seq);
+        // The largest step's parameters, or a greedy submission's regions of a one-token step.
+        let params_bytes = (param_layout.total.max(GREEDY_MAX_STEPS_PER_SUBMISSION * param_layout.step_words(1)) * 4) as u64;
         let params = [
-            Buffer::new(ctx, (param_layout.total * 4) as u64, MemoryKind::HostVisible, "step parameters")?,
-            Buffer::new(ctx, (param_layout.total * 4) as u64, MemoryKind::HostVisible, "step parameters (second slot)")?,
+            Buffer::new(ctx, params_bytes, MemoryKind::HostVisible, "step parameters")?,
+            Buffer::new(ctx, params_bytes, MemoryKind::HostVisible, "step parameters (second slot)")?,
         ];
-        let params_device = Buffer::new(ctx, (param_layout.total * 4) as u64, MemoryKind::DeviceLocal, "step parameters (device copy)")?;
+        let params_device = Buffer::new(ctx, params_bytes, MemoryKind::DeviceLocal, "step parameters (device copy)")?;
         // The logits, then the grid barriers' give-up count, then the chained stages' words, then
-        // the second slot's token of a greedy run.
-        let readback = Buffer::new(ctx, fed_token_readback(opts.max_outputs, hp.vocab_size) + 16, readback_kind(), "logits readback")?;
+        // the second slot's tokens of a greedy run.
+        let readback = Buffer::new(ctx, fed_token_readback(opts.max_outputs, hp.vocab_size) + (GREEDY_MAX_STEPS_PER_SUBMISSION * 4).next_multiple_of(16) as u64, readback_kind(), "logits readback")?;
         tracing::info!(device = %ctx.name(), weights_mib = weight_bytes >> 20, device_mib = arena.allocated_bytes() >> 20, "Vulkan plan compiled");
         Ok(VulkanPlan {
             commands: CommandCache::new(ctx)?,
@@ -806,8 +831,19 @@ impl VulkanPlan {
             grid_barriers: false,
             give_ups_seen: 0,
             chain_words: HashMap::new(),
+            greedy_steps_per_submission: greedy_steps_from_env(),
             ctx: ctx.clone(),
         })
+    }
+
+    /// Sets how many one-token steps of a greedy run ([`ForwardPlan::decode_greedy`]) after its
+    /// first go into one command buffer (clamped to 1..=[`GREEDY_MAX_STEPS_PER_SUBMISSION`]):
+    /// more save each submission's start (its barrier against the one before, the parameter
+    /// copy, the switch between command buffers) on fewer steps, and a run stopped early has
+    /// run up to `2 * steps - 1` steps whose tokens are dropped. The default is
+    /// `STRATA_VULKAN_GREEDY_STEPS`, else 4.
+    pub fn set_greedy_steps_per_submission(&mut self, steps: usize) {
+        self.greedy_steps_per_submission = steps.clamp(1, GREEDY_MAX_STEPS_PER_SUBMISSION);
     }
 
     /// Bytes of weights uploaded.
@@ -826,20 +862,20 @@ impl VulkanPlan {
     }
 
 
-    fn param_addr(&self, word: usize) -> u64 {
-        self.params_device.address() + (word * 4) as u64
-    }
-
     /// Where a step of `slot` leaves its argmax tokens in the readback.
     fn readback_of_slot(&self, slot: usize) -> u64 {
         if slot == 1 { fed_token_readback(self.opts.max_outputs, self.graph.hparams.vocab_size) } else { 0 }
     }
 
     /// Writes the step's parameters into the host buffer of `slot` ([`StepTail::slot`]), which
-    /// no pending submission may read.
-    fn write_params(&mut self, b: &StepBatch<'_>, slot: usize) -> Result<(), DeviceError> {
+    /// no pending submission may read, at its `region` (a greedy submission's step; 0 else).
+    fn write_params(&mut self, b: &StepBatch<'_>, slot: usize, region: usize) -> Result<(), DeviceError> {
         let pl = self.param_layout;
         let n = b.len();
+        if region > 0 && (n != 1 || region >= GREEDY_MAX_STEPS_PER_SUBMISSION) {
+            return Err(DeviceError::BadBatch(format!("parameter region {region} for a step of {n} tokens")));
+        }
+        let base = region * pl.step_words(n);
         let n_seqs = b.block_tables.len();
         if n_seqs > self.opts.max_seqs {
             return Err(DeviceError::BadBatch(format!("{n_seqs} sequences in a step; this plan takes up to {}", self.opts.max_seqs)));
@@ -880,7 +916,7 @@ impl VulkanPlan {
         let header = step_header(n_splits, split_len, n, hp.n_heads, hp.n_kv_heads, long);
         let bytes = self.params[slot].mapped_mut().ok_or_else(|| unsupported(&self.ctx, "the parameter buffer is not mapped".into()))?;
         // The buffer is host-coherent and no pending submission reads it: plain writes.
-        let words: &mut [u32] = bytemuck_words(bytes);
+        let words: &mut [u32] = &mut bytemuck_words(bytes)[base..];
         words[..header.len()].copy_from_slice(&header);
         words[pl.tokens..pl.tokens + n].copy_from_slice(b.tokens);
         words[pl.positions..pl.positions + n].copy_from_slice(b.positions);
@@ -934,8 +970,10 @@ impl VulkanPlan {
     fn record_ops(&mut self, cb: vk::CommandBuffer, ops: &[Op], n: usize, n_out: usize, tail: StepTail) -> Result<(bool, Vec<u32>), DeviceError> {
         let hp = self.graph.hparams.clone();
         let pl = self.param_layout;
-        let (p_tokens, p_pos, p_seq, p_rows, p_toff, p_tables, p_header) =
-            (self.param_addr(pl.tokens), self.param_addr(pl.positions), self.param_addr(pl.seq_of_token), self.param_addr(pl.output_rows), self.param_addr(pl.table_offsets), self.param_addr(pl.tables), self.param_addr(0));
+        // A greedy submission's steps (one else), each reading the parameters of its own region.
+        let steps = tail.steps();
+        let region_words = pl.step_words(n);
+        let params_address = self.params_device.address();
         let rows_of = |g: &ForwardGraph, b: BufId| match g.buffer(b).rows {
             Rows::Tokens => n,
             Rows::Outputs => n_out,
@@ -956,11 +994,12 @@ impl VulkanPlan {
         let params_buffer = self.params_device.buffer;
         let params_host = self.params[tail.slot()].buffer;
         let readback_at = self.readback_of_slot(tail.slot());
-        let params_bytes = (pl.step_words(n) * 4) as u64;
+        let params_bytes = (steps * region_words * 4) as u64;
         // A greedy run's later step reads its token where the step before left its argmax.
-        let fed = matches!(tail, StepTail::ArgmaxFed(_));
-        let token_addr = if fed { counters.address + argmax_offset(&self.graph) } else { p_tokens };
-        let profile_pool = self.profiler.as_ref().map(|p| (p.pool, p.capacity));
+        let fed = matches!(tail, StepTail::ArgmaxFed { .. });
+        let tokens_offset = argmax_offset(graph);
+        // (Greedy submissions of several steps are never profiled: their queries are a step's.)
+        let profile_pool = self.profiler.as_ref().filter(|_| steps == 1).map(|p| (p.pool, p.capacity));
         // The per-op timestamps (not in the steps-only profile: only its first and last).
         let op_stamps = profile_pool.filter(|_| self.profiler.as_ref().is_some_and(|p| !p.steps_only));
         // (`ops` is the graph's op list, taken out of it while recording.)
@@ -976,26 +1015,11 @@ impl VulkanPlan {
             rec.barrier_after_earlier_submissions();
         }
         rec.copy_in(params_host, params_buffer, params_bytes);
-        // Only the opt-in fused epilogues count (a fill and a barrier per step otherwise saved).
-        if ["STRATA_VULKAN_FUSE_SWIGLU_PRODUCT", "STRATA_VULKAN_FUSE_ATTENTION"].iter().any(|k| std::env::var(k).as_deref() == Ok("1")) {
-            rec.zero(counters_buffer, counters.offset, counter_bytes(graph));
-        }
+        let logits = &bufs[graph.logits.0 as usize];
+        let zero_counters = ["STRATA_VULKAN_FUSE_SWIGLU_PRODUCT", "STRATA_VULKAN_FUSE_ATTENTION"].iter().any(|k| std::env::var(k).as_deref() == Ok("1"));
         if let Some((pool, _)) = profile_pool {
             rec.timestamp(pool, 0);
         }
-        // Ops another op's dispatch did (fused) are skipped: a product whose output only feeds
-        // the residual add that follows it adds into the residual stream itself (the integer
-        // kernels); RoPE of Q and K and the K/V store are one dispatch.
-        let mut skip_ops = 0usize;
-        // Set by an RMSNorm that quantized its output for the product that follows.
-        let mut prequantized: Option<u64> = None;
-        // Set by an RMSNorm left to the product that follows (its input row, weight and eps).
-        let mut norm_in_product: Option<(u64, u64, f32)> = None;
-        // Set by a residual-adding product that did the RMSNorm after it (its partials' address,
-        // shaders/matvec_q.comp NORM_EPILOGUE), for that norm's op; then for the product after
-        // it, which scales its outputs by the norm.
-        let mut norm_out_done: Option<u64> = None;
-        let mut norm_scaled: Option<u64> = None;
         let norm_partials = counters.address + norm_partials_offset(graph);
         // Fused stages recorded (QKV with RoPE, gate/up with SwiGLU, attention with its merge).
         let mut fused = [0usize; 3];
@@ -1006,480 +1030,519 @@ impl VulkanPlan {
         let mut persistent_ffn_ops = Vec::new();
         // Chained stages: one-token steps of the fast kernels, opt-in.
         let chain_offset = counters.offset + counter_bytes(graph) + 16 + GRID_SYNC_BYTES;
-        let mut chain = ChainRecording::new(if n == 1 && !ctx.exact { chain_mode() } else { None }, grid_sync + GRID_SYNC_BYTES, CHAIN_LINE_WORDS as u32);
+        let mut chain = ChainRecording::new(if n == 1 && steps == 1 && !ctx.exact { chain_mode() } else { None }, grid_sync + GRID_SYNC_BYTES, CHAIN_LINE_WORDS as u32);
         let mut record_slots = (0..chain_record_slots(ops) as u64).map(|i| self.chain_records.address + i * self.chain_slot_bytes);
         if chain.enabled {
             rec.zero(counters_buffer, chain_offset, chain_bytes());
         }
-        for (op_index, op) in ops.iter().enumerate() {
-            if skip_ops > 0 {
-                skip_ops -= 1;
-                if let Some((pool, _)) = op_stamps {
-                    rec.timestamp(pool, op_index as u32 + 1);
-                }
-                continue;
+        for step in 0..steps {
+            let base = step * region_words;
+            let param_addr = |word: usize| params_address + ((base + word) * 4) as u64;
+            let (p_tokens, p_pos, p_seq, p_rows, p_toff, p_tables, p_header) =
+                (param_addr(pl.tokens), param_addr(pl.positions), param_addr(pl.seq_of_token), param_addr(pl.output_rows), param_addr(pl.table_offsets), param_addr(pl.tables), param_addr(0));
+            // Where the step's indirect dispatches are (its header's).
+            let header_at = (base * 4) as u64;
+            // A fed step k of a submission reads argmax word k (word 0: the submission before's
+            // last token) and writes word k + 1, its last step word 0.
+            let token_addr = if fed { counters.address + tokens_offset + (step * 4) as u64 } else { p_tokens };
+            let argmax_word = if step + 1 < steps { step + 1 } else { 0 };
+            // Only the opt-in fused epilogues count (a fill and a barrier per step otherwise saved).
+            // Their counters and the norm partials, not the argmax words after them: a fed step
+            // reads its token there.
+            if zero_counters {
+                rec.zero(counters_buffer, counters.offset, tokens_offset);
             }
-            match op {
-                Op::Embed { table, out } => {
-                    let w = weights[table.0 as usize].ok_or_else(|| unsupported(ctx, "embedding table not uploaded".into()))?;
-                    let width = graph.buffer(*out).width;
-                    let push = Push::new().addr(w.address).addr(w.aux()).addr(token_addr).addr(bufs[out.0 as usize].address).u32(w.cols as u32).u32(width as u32);
-                    rec.dispatch(Kernel::Embed(w.layout.format), &push, crate::vulkan::kernels::embed_groups(n, w.cols))?;
+            // Ops another op's dispatch did (fused) are skipped: a product whose output only feeds
+            // the residual add that follows it adds into the residual stream itself (the integer
+            // kernels); RoPE of Q and K and the K/V store are one dispatch.
+            let mut skip_ops = 0usize;
+            // Set by an RMSNorm that quantized its output for the product that follows.
+            let mut prequantized: Option<u64> = None;
+            // Set by an RMSNorm left to the product that follows (its input row, weight and eps).
+            let mut norm_in_product: Option<(u64, u64, f32)> = None;
+            // Set by a residual-adding product that did the RMSNorm after it (its partials' address,
+            // shaders/matvec_q.comp NORM_EPILOGUE), for that norm's op; then for the product after
+            // it, which scales its outputs by the norm.
+            let mut norm_out_done: Option<u64> = None;
+            let mut norm_scaled: Option<u64> = None;
+            for (op_index, op) in ops.iter().enumerate() {
+                if skip_ops > 0 {
+                    skip_ops -= 1;
+                    if let Some((pool, _)) = op_stamps {
+                        rec.timestamp(pool, op_index as u32 + 1);
+                    }
+                    continue;
                 }
-                Op::RmsNorm { input, weight, out } => {
-                    if let Some(partials) = norm_out_done.take() {
-                        // Done by the product before (its records in the spare buffer).
-                        prequantized = Some(rounded_alt.address);
-                        norm_scaled = Some(partials);
-                        if let Some((pool, _)) = op_stamps {
-                            rec.timestamp(pool, op_index as u32 + 1);
-                        }
-                        continue;
+                match op {
+                    Op::Embed { table, out } => {
+                        let w = weights[table.0 as usize].ok_or_else(|| unsupported(ctx, "embedding table not uploaded".into()))?;
+                        let width = graph.buffer(*out).width;
+                        let push = Push::new().addr(w.address).addr(w.aux()).addr(token_addr).addr(bufs[out.0 as usize].address).u32(w.cols as u32).u32(width as u32);
+                        rec.dispatch(Kernel::Embed(w.layout.format), &push, crate::vulkan::kernels::embed_groups(n, w.cols))?;
                     }
-                    let rows = rows_of(graph, *input);
-                    let width = graph.buffer(*input).width as u32;
-                    let w = weights[weight.0 as usize].map_or(0, |w| w.address);
-                    if let Some(f) = persistent_ffn(ctx, graph, weights, ops, op_index, n) {
-                        // The layer's feed-forward half in one dispatch (the norm, gate/up with
-                        // SwiGLU, the quantization, down with the residual add).
-                        let (g, u, d) = (f.gate, f.up, f.down);
-                        let (_, x_meta) = int_act_record(width as usize);
-                        let (_, act_meta) = int_act_record(g.rows);
-                        let push = Push::new()
-                            .addr(addr_of(*input))
-                            .addr(w)
-                            .addr(rounded[f.rounding as usize].address)
-                            .addr(g.address)
-                            .addr(g.aux())
-                            .addr(u.address)
-                            .addr(u.aux())
-                            .addr(addr_of(f.act))
-                            .addr(rounded_alt.address)
-                            .addr(d.address)
-                            .addr(d.aux())
-                            .addr(f.down_bias)
-                            .addr(grid_sync)
-                            .u32(width)
-                            .u32(g.rows as u32)
-                            .u32(x_meta as u32)
-                            .u32(act_meta as u32)
-                            .u32(GRID_SPIN_LIMIT)
-                            .f32(hp.rms_eps);
-                        rec.dispatch(Kernel::FfnPersistent(g.layout.format, f.layout), &push, [grid_groups(ctx) as u32, 1, 1])?;
-                        PERSISTENT_FFN_RECORDED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        persistent_ffn_ops.push(op_index);
-                        // Gate/up, SwiGLU, down and the add.
-                        skip_ops = 4;
-                        grid_barriers = true;
-                        rec.barrier();
-                        if let Some((pool, _)) = op_stamps {
-                            rec.timestamp(pool, op_index as u32 + 1);
-                        }
-                        continue;
-                    }
-                    if norm_prologue_fits(ctx, graph, weights, ops, op_index, n) {
-                        // The product after it normalizes the row in its own workgroups: no
-                        // stage, no barrier here.
-                        norm_in_product = Some((addr_of(*input), w, hp.rms_eps));
-                        if let Some((pool, _)) = op_stamps {
-                            rec.timestamp(pool, op_index as u32 + 1);
-                        }
-                        continue;
-                    }
-                    let out_width = graph.buffer(*out).width as u32;
-                    // Quantize for the product that follows, in the same dispatch, when it reads
-                    // this output as 8-bit records.
-                    let fused = fused_product_rounding(ctx, weights, ops.get(op_index + 1), *out, rows, None).filter(|&r| rms_norm_can_quantize(ctx, width as usize, r));
-                    match fused {
-                        Some(r) => {
-                            let (record_bytes, meta_offset) = int_act_record(width as usize);
-                            let records = chain.record_slot(&mut record_slots).unwrap_or(rounded[r as usize].address);
-                            let push = Push::new().addr(addr_of(*input)).addr(w).addr(addr_of(*out)).addr(records).u32(width).u32(1).u32(width).u32(out_width).f32(hp.rms_eps).u32(record_bytes as u32).u32(meta_offset as u32);
-                            chain.dispatch(&mut rec, Kernel::RmsNormInt(r), push, [rows as u32, 1, 1])?;
-                            prequantized = Some(records);
-                        }
-                        None => {
-                            let push = Push::new().addr(addr_of(*input)).addr(w).addr(addr_of(*out)).u32(width).u32(1).u32(width).u32(out_width).f32(hp.rms_eps);
-                            rec.dispatch(Kernel::RmsNorm, &push, [rows as u32, 1, 1])?;
-                        }
-                    }
-                }
-                Op::HeadNorm { buf, weight, n_heads } => {
-                    let width = graph.buffer(*buf).width as u32;
-                    let w = weights[weight.0 as usize].map_or(0, |w| w.address);
-                    let push = Push::new().addr(addr_of(*buf)).addr(w).addr(addr_of(*buf)).u32(hp.head_dim as u32).u32(*n_heads as u32).u32(width).u32(width).f32(hp.rms_eps);
-                    rec.dispatch(Kernel::RmsNorm, &push, [(n * n_heads) as u32, 1, 1])?;
-                }
-                Op::MatMul { input, outputs } => {
-                    let rows_in = rows_of(graph, *input);
-                    let cols = graph.buffer(*input).width;
-                    let x_stride = cols as u32;
-                    let int = int_records(ctx, rows_in);
-                    let (record_bytes, meta_offset) = int_act_record(cols);
-                    // Round the input once per rounding its projections need, as the CPU does.
-                    let mut roundings: Vec<ActRounding> = outputs.iter().filter_map(|p| weights[p.weight.0 as usize].and_then(|w| ActRounding::for_format(w.layout.format))).collect();
-                    roundings.dedup();
-                    // Where this product's 8-bit input records are, when an op before wrote them.
-                    let records_at = prequantized.take();
-                    let norm = norm_in_product.take();
-                    if records_at.is_some() || norm.is_some() {
-                        // The RMSNorm before wrote the records (and a barrier followed it), or
-                        // the product computes them itself.
-                        roundings.clear();
-                    }
-                    for r in &roundings {
-                        let push = Push::new().addr(addr_of(*input)).addr(rounded[*r as usize].address).u32(cols as u32).u32(x_stride).u32(rows_in as u32).u32(record_bytes as u32).u32(meta_offset as u32);
-                        let (kernel, groups) = if int { (Kernel::QuantizeActInt(*r), int_quantize_groups(rows_in, cols)) } else { (Kernel::QuantizeAct(*r), [(rows_in * cols.div_ceil(256)) as u32, 1, 1]) };
-                        rec.dispatch(kernel, &push, groups)?;
-                    }
-                    if !roundings.is_empty() {
-                        rec.barrier();
-                    }
-                    if let Some((act, r)) = fused_swiglu(ctx, weights, ops, op_index, n) {
-                        // Gate and up with SwiGLU and the quantization for the down projection in
-                        // the epilogue: one stage instead of two.
-                        let [gate, up] = outputs.as_slice() else { unreachable!("checked by fused_swiglu") };
-                        let (Some(g), Some(u)) = (weights[gate.weight.0 as usize], weights[up.weight.0 as usize]) else { unreachable!("checked by fused_swiglu") };
-                        let (_, out_meta_offset) = int_act_record(g.rows);
-                        let layout = product_layout(ctx, g.rows, g.cols, false);
-                        // The products' input: the records, or with the RMSNorm in their own
-                        // workgroups its input row (the norm's weight and eps then follow).
-                        let x = match norm {
-                            Some((x, _, _)) => x,
-                            None => records_at.unwrap_or(rounded[ActRounding::for_format(g.layout.format).map_or(0, |r| r as usize)].address),
-                        };
-                        // (`norm_epilogue` leaves no scaled input to the ticket form below.)
-                        let scaled = norm_scaled.take();
-                        let push = Push::new().addr(g.address).addr(g.aux()).addr(u.address).addr(u.aux()).addr(x).addr(addr_of(act)).addr(rounded_alt.address).addr(counters.address);
-                        let push = match (norm, scaled) {
-                            (Some((_, norm_w, _)), _) => push.addr(norm_w),
-                            (None, Some(partials)) => push.addr(partials),
-                            (None, None) => push,
-                        };
-                        let push = push.u32(g.cols as u32).u32(meta_offset as u32).u32(g.rows as u32).u32(out_meta_offset as u32);
-                        skip_ops = 1;
-                        // (`norm_prologue_fits` leaves no norm to the ticket form below.)
-                        if norm.is_some() || std::env::var("STRATA_VULKAN_FUSE_SWIGLU_PRODUCT").as_deref() != Ok("1") {
-                            // The paired products write the f32 SwiGLU row; the quantization is
-                            // a dispatch of its own (no tickets: faster on the H200).
-                            let pairs = swiglu_pairs(g.layout.format);
-                            let groups = g.rows.div_ceil(layout.groups() * pairs as usize);
-                            match (norm, scaled) {
-                                (Some((_, _, eps)), _) => rec.dispatch(Kernel::MatVecIntSwiGluF32Norm(g.layout.format, layout, pairs), &push.f32(eps), [groups.min(persistent_groups(ctx)) as u32, 1, 1])?,
-                                (None, Some(_)) => rec.dispatch(Kernel::MatVecIntSwiGluF32Scaled(g.layout.format, layout, pairs), &push, [groups as u32, 1, 1])?,
-                                (None, None) => chain.dispatch(&mut rec, Kernel::MatVecIntSwiGluF32(g.layout.format, layout, pairs), push, [groups as u32, 1, 1])?,
-                            }
-                            chain.end_stage(&mut rec);
-                            let (record_bytes, meta) = int_act_record(g.rows);
-                            let records = chain.record_slot(&mut record_slots).unwrap_or(rounded[r as usize].address);
-                            let quantize = Push::new().addr(addr_of(act)).addr(records).u32(g.rows as u32).u32(g.rows as u32).u32(1).u32(record_bytes as u32).u32(meta as u32);
-                            chain.dispatch(&mut rec, Kernel::QuantizeActInt(r), quantize, int_quantize_groups(1, g.rows))?;
-                            prequantized = Some(records);
-                        } else {
-                            rec.dispatch(Kernel::MatVecIntSwiGlu(g.layout.format, r, layout), &push, [g.rows.div_ceil(layout.groups()) as u32, 1, 1])?;
-                            // SwiGLU is done, and the down projection's input quantized (into the
-                            // spare records: the products' own input is still being read).
+                    Op::RmsNorm { input, weight, out } => {
+                        if let Some(partials) = norm_out_done.take() {
+                            // Done by the product before (its records in the spare buffer).
                             prequantized = Some(rounded_alt.address);
+                            norm_scaled = Some(partials);
+                            if let Some((pool, _)) = op_stamps {
+                                rec.timestamp(pool, op_index as u32 + 1);
+                            }
+                            continue;
                         }
-                        fused[1] += 1;
-                    } else if let Some((q_buf, layer)) = fused_qkv_rope(ctx, graph, weights, ops, op_index, n) {
-                        // Q, K and V with RoPE and the K/V store in the products' epilogues: one
-                        // stage instead of two (the rotation pairs of a head in one workgroup).
-                        let (kc, vc, stride) = kv_addresses(ctx, kv, layer)?;
-                        let scaled = norm_scaled.take();
-                        for (mode, p) in outputs.iter().enumerate() {
-                            let w = weights[p.weight.0 as usize].ok_or_else(|| unsupported(ctx, "weight not uploaded".into()))?;
-                            let bias = p.bias.and_then(|b| weights[b.0 as usize]).map_or(0, |b| b.address);
-                            let rounding = ActRounding::for_format(w.layout.format).ok_or_else(|| unsupported(ctx, "fused QKV without 8-bit activations".into()))?;
-                            let out = [addr_of(q_buf), kc, vc][mode];
-                            let layout = product_layout(ctx, w.rows, w.cols, false);
+                        let rows = rows_of(graph, *input);
+                        let width = graph.buffer(*input).width as u32;
+                        let w = weights[weight.0 as usize].map_or(0, |w| w.address);
+                        if let Some(f) = persistent_ffn(ctx, graph, weights, ops, op_index, n) {
+                            // The layer's feed-forward half in one dispatch (the norm, gate/up with
+                            // SwiGLU, the quantization, down with the residual add).
+                            let (g, u, d) = (f.gate, f.up, f.down);
+                            let (_, x_meta) = int_act_record(width as usize);
+                            let (_, act_meta) = int_act_record(g.rows);
+                            let push = Push::new()
+                                .addr(addr_of(*input))
+                                .addr(w)
+                                .addr(rounded[f.rounding as usize].address)
+                                .addr(g.address)
+                                .addr(g.aux())
+                                .addr(u.address)
+                                .addr(u.aux())
+                                .addr(addr_of(f.act))
+                                .addr(rounded_alt.address)
+                                .addr(d.address)
+                                .addr(d.aux())
+                                .addr(f.down_bias)
+                                .addr(grid_sync)
+                                .u32(width)
+                                .u32(g.rows as u32)
+                                .u32(x_meta as u32)
+                                .u32(act_meta as u32)
+                                .u32(GRID_SPIN_LIMIT)
+                                .f32(hp.rms_eps);
+                            rec.dispatch(Kernel::FfnPersistent(g.layout.format, f.layout), &push, [grid_groups(ctx) as u32, 1, 1])?;
+                            PERSISTENT_FFN_RECORDED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            persistent_ffn_ops.push(op_index);
+                            // Gate/up, SwiGLU, down and the add.
+                            skip_ops = 4;
+                            grid_barriers = true;
+                            rec.barrier();
+                            if let Some((pool, _)) = op_stamps {
+                                rec.timestamp(pool, op_index as u32 + 1);
+                            }
+                            continue;
+                        }
+                        if norm_prologue_fits(ctx, graph, weights, ops, op_index, n) {
+                            // The product after it normalizes the row in its own workgroups: no
+                            // stage, no barrier here.
+                            norm_in_product = Some((addr_of(*input), w, hp.rms_eps));
+                            if let Some((pool, _)) = op_stamps {
+                                rec.timestamp(pool, op_index as u32 + 1);
+                            }
+                            continue;
+                        }
+                        let out_width = graph.buffer(*out).width as u32;
+                        // Quantize for the product that follows, in the same dispatch, when it reads
+                        // this output as 8-bit records.
+                        let fused = fused_product_rounding(ctx, weights, ops.get(op_index + 1), *out, rows, None).filter(|&r| rms_norm_can_quantize(ctx, width as usize, r));
+                        match fused {
+                            Some(r) => {
+                                let (record_bytes, meta_offset) = int_act_record(width as usize);
+                                let records = chain.record_slot(&mut record_slots).unwrap_or(rounded[r as usize].address);
+                                let push = Push::new().addr(addr_of(*input)).addr(w).addr(addr_of(*out)).addr(records).u32(width).u32(1).u32(width).u32(out_width).f32(hp.rms_eps).u32(record_bytes as u32).u32(meta_offset as u32);
+                                chain.dispatch(&mut rec, Kernel::RmsNormInt(r), push, [rows as u32, 1, 1])?;
+                                prequantized = Some(records);
+                            }
+                            None => {
+                                let push = Push::new().addr(addr_of(*input)).addr(w).addr(addr_of(*out)).u32(width).u32(1).u32(width).u32(out_width).f32(hp.rms_eps);
+                                rec.dispatch(Kernel::RmsNorm, &push, [rows as u32, 1, 1])?;
+                            }
+                        }
+                    }
+                    Op::HeadNorm { buf, weight, n_heads } => {
+                        let width = graph.buffer(*buf).width as u32;
+                        let w = weights[weight.0 as usize].map_or(0, |w| w.address);
+                        let push = Push::new().addr(addr_of(*buf)).addr(w).addr(addr_of(*buf)).u32(hp.head_dim as u32).u32(*n_heads as u32).u32(width).u32(width).f32(hp.rms_eps);
+                        rec.dispatch(Kernel::RmsNorm, &push, [(n * n_heads) as u32, 1, 1])?;
+                    }
+                    Op::MatMul { input, outputs } => {
+                        let rows_in = rows_of(graph, *input);
+                        let cols = graph.buffer(*input).width;
+                        let x_stride = cols as u32;
+                        let int = int_records(ctx, rows_in);
+                        let (record_bytes, meta_offset) = int_act_record(cols);
+                        // Round the input once per rounding its projections need, as the CPU does.
+                        let mut roundings: Vec<ActRounding> = outputs.iter().filter_map(|p| weights[p.weight.0 as usize].and_then(|w| ActRounding::for_format(w.layout.format))).collect();
+                        roundings.dedup();
+                        // Where this product's 8-bit input records are, when an op before wrote them.
+                        let records_at = prequantized.take();
+                        let norm = norm_in_product.take();
+                        if records_at.is_some() || norm.is_some() {
+                            // The RMSNorm before wrote the records (and a barrier followed it), or
+                            // the product computes them itself.
+                            roundings.clear();
+                        }
+                        for r in &roundings {
+                            let push = Push::new().addr(addr_of(*input)).addr(rounded[*r as usize].address).u32(cols as u32).u32(x_stride).u32(rows_in as u32).u32(record_bytes as u32).u32(meta_offset as u32);
+                            let (kernel, groups) = if int { (Kernel::QuantizeActInt(*r), int_quantize_groups(rows_in, cols)) } else { (Kernel::QuantizeAct(*r), [(rows_in * cols.div_ceil(256)) as u32, 1, 1]) };
+                            rec.dispatch(kernel, &push, groups)?;
+                        }
+                        if !roundings.is_empty() {
+                            rec.barrier();
+                        }
+                        if let Some((act, r)) = fused_swiglu(ctx, weights, ops, op_index, n) {
+                            // Gate and up with SwiGLU and the quantization for the down projection in
+                            // the epilogue: one stage instead of two.
+                            let [gate, up] = outputs.as_slice() else { unreachable!("checked by fused_swiglu") };
+                            let (Some(g), Some(u)) = (weights[gate.weight.0 as usize], weights[up.weight.0 as usize]) else { unreachable!("checked by fused_swiglu") };
+                            let (_, out_meta_offset) = int_act_record(g.rows);
+                            let layout = product_layout(ctx, g.rows, g.cols, false);
+                            // The products' input: the records, or with the RMSNorm in their own
+                            // workgroups its input row (the norm's weight and eps then follow).
                             let x = match norm {
                                 Some((x, _, _)) => x,
-                                None => records_at.unwrap_or(rounded[rounding as usize].address),
+                                None => records_at.unwrap_or(rounded[ActRounding::for_format(g.layout.format).map_or(0, |r| r as usize)].address),
                             };
-                            let push = Push::new()
-                                .addr(w.address)
-                                .addr(w.aux())
-                                .addr(x)
-                                .addr(out)
-                                .addr(bias)
-                                .addr(rope_table.address)
-                                .addr(p_pos)
-                                .addr(p_seq)
-                                .addr(p_toff)
-                                .addr(p_tables);
+                            // (`norm_epilogue` leaves no scaled input to the ticket form below.)
+                            let scaled = norm_scaled.take();
+                            let push = Push::new().addr(g.address).addr(g.aux()).addr(u.address).addr(u.aux()).addr(x).addr(addr_of(act)).addr(rounded_alt.address).addr(counters.address);
                             let push = match (norm, scaled) {
                                 (Some((_, norm_w, _)), _) => push.addr(norm_w),
                                 (None, Some(partials)) => push.addr(partials),
                                 (None, None) => push,
                             };
-                            let push = push
-                                .u32(w.cols as u32)
-                                .u32(meta_offset as u32)
-                                .u32(mode as u32)
-                                .u32(hp.head_dim as u32)
-                                .u32((hp.rope_dims / 2) as u32)
-                                .u32(u32::from(graph.rope_style == RopeStyle::Neox))
-                                .u32((stride / 2) as u32)
-                                .u32(block_size as u32)
-                                .u32((w.rows / 2) as u32);
-                            let groups = (w.rows / 2).div_ceil(layout.groups());
-                            match (norm, scaled) {
-                                (Some((_, _, eps)), _) => rec.dispatch(Kernel::MatVecIntRopeNorm(w.layout.format, layout), &push.f32(eps), [groups.min(persistent_groups(ctx)) as u32, 1, 1])?,
-                                (None, Some(_)) => rec.dispatch(Kernel::MatVecIntRopeScaled(w.layout.format, layout), &push, [groups as u32, 1, 1])?,
-                                (None, None) => chain.dispatch(&mut rec, Kernel::MatVecIntRope(w.layout.format, layout), push, [groups as u32, 1, 1])?,
-                            }
-                        }
-                        // Both RoPEs and the store.
-                        skip_ops = 3;
-                        fused[0] += 1;
-                    } else {
-                    for p in outputs {
-                        let w = weights[p.weight.0 as usize].ok_or_else(|| unsupported(ctx, "weight not uploaded".into()))?;
-                        let bias = p.bias.and_then(|b| weights[b.0 as usize]).map_or(0, |b| b.address);
-                        let rounding = ActRounding::for_format(w.layout.format);
-                        let x = rounding.map_or(addr_of(*input), |r| records_at.unwrap_or(rounded[r as usize].address));
-                        if rounding.is_some() && uses_int_product(ctx, w.layout.format, rows_in) {
-                            // A lone projection whose output only feeds the next op's residual
-                            // add is added into the residual stream by the product itself.
-                            let (out, accumulate) = match ops.get(op_index + 1) {
-                                Some(Op::Add { acc, other }) if outputs.len() == 1 && *other == p.out && only_added(ops, p.out) => (*acc, 1),
-                                _ => (p.out, 0),
-                            };
-                            skip_ops = accumulate as usize;
-                            let (kernel, groups) = int_product_dispatch(ctx, w.layout.format, w.rows, w.cols, rows_in, outputs.len() == 1);
-                            // The RMSNorm after the add in this product's last workgroups.
-                            let norm_out = (accumulate == 1)
-                                .then(|| norm_epilogue(ctx, graph, weights, ops, op_index + 2, n, out, w.layout.format, chain.enabled))
-                                .flatten()
-                                .and_then(|norm| Some((norm, kernel.with_norm_out()?)));
-                            let push = Push::new().addr(w.address).addr(w.aux()).addr(x).addr(addr_of(out)).addr(bias);
-                            let push = match norm_out {
-                                Some(((norm_w, _), _)) => push.addr(norm_w).addr(rounded_alt.address).addr(counters.address).addr(norm_partials),
-                                None => push,
-                            };
-                            let push = push
-                                .u32(w.rows as u32)
-                                .u32(w.cols as u32)
-                                .u32(rows_in as u32)
-                                .u32(record_bytes as u32)
-                                .u32(graph.buffer(out).width as u32)
-                                .u32(meta_offset as u32)
-                                .u32(accumulate);
-                            match norm_out {
-                                Some(((_, eps), norm_kernel)) => {
-                                    let (_, records_meta) = int_act_record(w.rows);
-                                    rec.dispatch(norm_kernel, &push.u32(records_meta as u32).f32(eps), groups)?;
-                                    norm_out_done = Some(norm_partials);
-                                    NORM_EPILOGUES_RECORDED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            let push = push.u32(g.cols as u32).u32(meta_offset as u32).u32(g.rows as u32).u32(out_meta_offset as u32);
+                            skip_ops = 1;
+                            // (`norm_prologue_fits` leaves no norm to the ticket form below.)
+                            if norm.is_some() || std::env::var("STRATA_VULKAN_FUSE_SWIGLU_PRODUCT").as_deref() != Ok("1") {
+                                // The paired products write the f32 SwiGLU row; the quantization is
+                                // a dispatch of its own (no tickets: faster on the H200).
+                                let pairs = swiglu_pairs(g.layout.format);
+                                let groups = g.rows.div_ceil(layout.groups() * pairs as usize);
+                                match (norm, scaled) {
+                                    (Some((_, _, eps)), _) => rec.dispatch(Kernel::MatVecIntSwiGluF32Norm(g.layout.format, layout, pairs), &push.f32(eps), [groups.min(persistent_groups(ctx)) as u32, 1, 1])?,
+                                    (None, Some(_)) => rec.dispatch(Kernel::MatVecIntSwiGluF32Scaled(g.layout.format, layout, pairs), &push, [groups as u32, 1, 1])?,
+                                    (None, None) => chain.dispatch(&mut rec, Kernel::MatVecIntSwiGluF32(g.layout.format, layout, pairs), push, [groups as u32, 1, 1])?,
                                 }
-                                None => chain.dispatch(&mut rec, kernel, push, groups)?,
+                                chain.end_stage(&mut rec);
+                                let (record_bytes, meta) = int_act_record(g.rows);
+                                let records = chain.record_slot(&mut record_slots).unwrap_or(rounded[r as usize].address);
+                                let quantize = Push::new().addr(addr_of(act)).addr(records).u32(g.rows as u32).u32(g.rows as u32).u32(1).u32(record_bytes as u32).u32(meta as u32);
+                                chain.dispatch(&mut rec, Kernel::QuantizeActInt(r), quantize, int_quantize_groups(1, g.rows))?;
+                                prequantized = Some(records);
+                            } else {
+                                rec.dispatch(Kernel::MatVecIntSwiGlu(g.layout.format, r, layout), &push, [g.rows.div_ceil(layout.groups()) as u32, 1, 1])?;
+                                // SwiGLU is done, and the down projection's input quantized (into the
+                                // spare records: the products' own input is still being read).
+                                prequantized = Some(rounded_alt.address);
                             }
-                        } else {
-                            let push = Push::new().addr(w.address).addr(w.aux()).addr(x).addr(addr_of(p.out)).addr(bias).u32(w.rows as u32).u32(w.cols as u32).u32(rows_in as u32).u32(x_stride).u32(graph.buffer(p.out).width as u32);
-                            let (kernel, push, groups) = product_dispatch(ctx, w.layout.format, w.rows, rows_in, push);
-                            rec.dispatch(kernel, &push, groups)?;
-                        }
-                    }
-                    }
-                }
-                Op::Rope { buf: q_buf, n_heads: n_q_heads } if matches!((ops.get(op_index + 1), ops.get(op_index + 2)), (Some(Op::Rope { buf: k1, .. }), Some(Op::StoreKv { k: k2, .. })) if k1 == k2 && k1 != q_buf) => {
-                    let (Some(Op::Rope { buf: k_buf, n_heads: n_kv_heads }), Some(Op::StoreKv { layer, v, .. })) = (ops.get(op_index + 1), ops.get(op_index + 2)) else { unreachable!("matched above") };
-                    let (kc, vc, stride) = kv_addresses(ctx, kv, *layer)?;
-                    let half = hp.rope_dims / 2;
-                    let kv_width = graph.buffer(*k_buf).width;
-                    let total = n * (n_q_heads + n_kv_heads) * half + n * kv_width;
-                    let push = Push::new()
-                        .addr(addr_of(*q_buf))
-                        .addr(addr_of(*k_buf))
-                        .addr(addr_of(*v))
-                        .addr(rope_table.address)
-                        .addr(kc)
-                        .addr(vc)
-                        .addr(p_pos)
-                        .addr(p_seq)
-                        .addr(p_toff)
-                        .addr(p_tables)
-                        .u32(graph.buffer(*q_buf).width as u32)
-                        .u32(*n_q_heads as u32)
-                        .u32(*n_kv_heads as u32)
-                        .u32(hp.head_dim as u32)
-                        .u32(half as u32)
-                        .u32(u32::from(graph.rope_style == RopeStyle::Neox))
-                        .u32(n as u32)
-                        .u32((stride / 2) as u32)
-                        .u32(block_size as u32);
-                    rec.dispatch(Kernel::RopeStore, &push, [total.div_ceil(64) as u32, 1, 1])?;
-                    skip_ops = 2;
-                }
-                Op::Rope { buf, n_heads } => {
-                    let half = hp.rope_dims / 2;
-                    let total = n * n_heads * half;
-                    let push = Push::new()
-                        .addr(addr_of(*buf))
-                        .addr(rope_table.address)
-                        .addr(p_pos)
-                        .u32(graph.buffer(*buf).width as u32)
-                        .u32(*n_heads as u32)
-                        .u32(hp.head_dim as u32)
-                        .u32(half as u32)
-                        .u32(u32::from(graph.rope_style == RopeStyle::Neox))
-                        .u32(n as u32);
-                    rec.dispatch(Kernel::Rope, &push, [total.div_ceil(64) as u32, 1, 1])?;
-                }
-                Op::StoreKv { layer, k, v } => {
-                    let (kc, vc, stride) = kv_addresses(ctx, kv, *layer)?;
-                    let width = hp.kv_width();
-                    let push = Push::new()
-                        .addr(addr_of(*k))
-                        .addr(addr_of(*v))
-                        .addr(kc)
-                        .addr(vc)
-                        .addr(p_pos)
-                        .addr(p_seq)
-                        .addr(p_toff)
-                        .addr(p_tables)
-                        .u32(width as u32)
-                        .u32((stride / 2) as u32)
-                        .u32(block_size as u32)
-                        .u32(n as u32);
-                    rec.dispatch(Kernel::StoreKv, &push, [(n * width).div_ceil(64) as u32, 1, 1])?;
-                }
-                Op::Attention { layer, q, out } if ctx.exact && n <= INT_MAX_TOKENS && exact_attention_fits(hp.head_dim) => {
-                    // The CPU's arithmetic, written straight to `out` (the product after it
-                    // quantizes its input itself).
-                    let (kc, vc, stride) = kv_addresses(ctx, kv, *layer)?;
-                    let (scratch_stride, chunk_offset, rows_offset) = exact_scratch_layout(max_context);
-                    let push = attention_push(graph, *q, [addr_of(*q), partial.address, kc, vc, p_pos, p_seq, p_toff, p_tables, addr_of(*out)], stride, block_size)
-                        .u32(graph.buffer(*out).width as u32)
-                        .u32(n as u32)
-                        .u32(scratch_stride as u32)
-                        .u32(chunk_offset as u32)
-                        .u32(rows_offset as u32);
-                    // The scores, 128 positions per workgroup (one workgroup per head walked
-                    // them all: 28 workgroups for a 7B token); softmax and weights; the value
-                    // rows, 8 per workgroup; their reduction. Workgroups past a sequence's
-                    // length return at once.
-                    let score_groups = max_context.div_ceil(128) as u32;
-                    for (i, (phase, groups)) in [(3u32, score_groups), (0, 1), (1, 8), (2, 1)].into_iter().enumerate() {
-                        if i > 0 {
-                            rec.barrier();
-                        }
-                        rec.dispatch(Kernel::AttentionExact, &push.clone().u32(phase), [hp.n_heads as u32, n as u32, groups])?;
-                    }
-                }
-                Op::Attention { layer, q, out } => {
-                    let (kc, vc, stride) = kv_addresses(ctx, kv, *layer)?;
-                    let push = attention_push(graph, *q, [addr_of(*q), partial.address, kc, vc, p_pos, p_seq, p_toff, p_tables, p_header], stride, block_size);
-                    // Opt-in (`STRATA_VULKAN_FUSE_ATTENTION=1`): on the H200 the merge in the last
-                    // workgroups was slower than its own dispatch (7B Q4_K: 438 against 409 us a
-                    // token at context 512, and 4.8 against 4.0 ms a token at 8192, where each
-                    // last workgroup merges 128 splits of two heads alone).
-                    // The rounding the output projection reads its input in, when the merge can
-                    // quantize for it.
-                    let combine_rounding = fused_product_rounding(ctx, weights, ops.get(op_index + 1), *out, n, Some("STRATA_VULKAN_FUSE_COMBINE"));
-                    let fused_combine = combine_rounding.filter(|_| {
-                        n <= INT_MAX_TOKENS
-                            && per_head_decode_attention()
-                            && 256usize.is_multiple_of(hp.head_dim)
-                            && std::env::var("STRATA_VULKAN_FUSE_ATTENTION").as_deref() == Ok("1")
-                            && !read_before_written(&ops[op_index + 2..], *out)
-                    });
-                    if let Some(r) = fused_combine {
-                        // The splits merged and quantized for the output projection by the last
-                        // workgroup of each chunk: one stage instead of two. (The f32 output is
-                        // not written: only the projection's records read it.)
-                        let cols = hp.n_heads * hp.head_dim;
-                        let (record_bytes, meta_offset) = int_act_record(cols);
-                        let push = attention_push_with(graph, *q, &[addr_of(*q), partial.address, kc, vc, p_pos, p_seq, p_toff, p_tables, p_header, rounded[r as usize].address, counters.address], stride, block_size)
-                            .u32(meta_offset as u32)
-                            .u32(record_bytes as u32)
-                            .u32(u32::MAX);
-                        rec.dispatch_indirect(Kernel::AttentionDecodeFused(r), &push, params_buffer, (HEADER_ATTENTION_DECODE_ARGS * 4) as u64)?;
-                        prequantized = Some(rounded[r as usize].address);
-                        fused[2] += 1;
-                    } else {
-                        if n <= INT_MAX_TOKENS && per_head_decode_attention() {
-                            // Short and long contexts' tokens (each kernel returns for the
-                            // other's): they write disjoint partial records, so no barrier
-                            // between the two.
-                            let push = push.u32(gqa_from);
-                            rec.dispatch_indirect(Kernel::AttentionDecode, &push, params_buffer, (HEADER_ATTENTION_DECODE_ARGS * 4) as u64)?;
-                            if gqa_from != u32::MAX {
-                                rec.dispatch_indirect(Kernel::AttentionDecodeGqa, &push, params_buffer, (HEADER_ATTENTION_GQA_ARGS * 4) as u64)?;
+                            fused[1] += 1;
+                        } else if let Some((q_buf, layer)) = fused_qkv_rope(ctx, graph, weights, ops, op_index, n) {
+                            // Q, K and V with RoPE and the K/V store in the products' epilogues: one
+                            // stage instead of two (the rotation pairs of a head in one workgroup).
+                            let (kc, vc, stride) = kv_addresses(ctx, kv, layer)?;
+                            let scaled = norm_scaled.take();
+                            for (mode, p) in outputs.iter().enumerate() {
+                                let w = weights[p.weight.0 as usize].ok_or_else(|| unsupported(ctx, "weight not uploaded".into()))?;
+                                let bias = p.bias.and_then(|b| weights[b.0 as usize]).map_or(0, |b| b.address);
+                                let rounding = ActRounding::for_format(w.layout.format).ok_or_else(|| unsupported(ctx, "fused QKV without 8-bit activations".into()))?;
+                                let out = [addr_of(q_buf), kc, vc][mode];
+                                let layout = product_layout(ctx, w.rows, w.cols, false);
+                                let x = match norm {
+                                    Some((x, _, _)) => x,
+                                    None => records_at.unwrap_or(rounded[rounding as usize].address),
+                                };
+                                let push = Push::new()
+                                    .addr(w.address)
+                                    .addr(w.aux())
+                                    .addr(x)
+                                    .addr(out)
+                                    .addr(bias)
+                                    .addr(rope_table.address)
+                                    .addr(p_pos)
+                                    .addr(p_seq)
+                                    .addr(p_toff)
+                                    .addr(p_tables);
+                                let push = match (norm, scaled) {
+                                    (Some((_, norm_w, _)), _) => push.addr(norm_w),
+                                    (None, Some(partials)) => push.addr(partials),
+                                    (None, None) => push,
+                                };
+                                let push = push
+                                    .u32(w.cols as u32)
+                                    .u32(meta_offset as u32)
+                                    .u32(mode as u32)
+                                    .u32(hp.head_dim as u32)
+                                    .u32((hp.rope_dims / 2) as u32)
+                                    .u32(u32::from(graph.rope_style == RopeStyle::Neox))
+                                    .u32((stride / 2) as u32)
+                                    .u32(block_size as u32)
+                                    .u32((w.rows / 2) as u32);
+                                let groups = (w.rows / 2).div_ceil(layout.groups());
+                                match (norm, scaled) {
+                                    (Some((_, _, eps)), _) => rec.dispatch(Kernel::MatVecIntRopeNorm(w.layout.format, layout), &push.f32(eps), [groups.min(persistent_groups(ctx)) as u32, 1, 1])?,
+                                    (None, Some(_)) => rec.dispatch(Kernel::MatVecIntRopeScaled(w.layout.format, layout), &push, [groups as u32, 1, 1])?,
+                                    (None, None) => chain.dispatch(&mut rec, Kernel::MatVecIntRope(w.layout.format, layout), push, [groups as u32, 1, 1])?,
+                                }
                             }
+                            // Both RoPEs and the store.
+                            skip_ops = 3;
+                            fused[0] += 1;
                         } else {
-                            rec.dispatch_indirect(Kernel::Attention, &push, params_buffer, (HEADER_ATTENTION_ARGS * 4) as u64)?;
+                        for p in outputs {
+                            let w = weights[p.weight.0 as usize].ok_or_else(|| unsupported(ctx, "weight not uploaded".into()))?;
+                            let bias = p.bias.and_then(|b| weights[b.0 as usize]).map_or(0, |b| b.address);
+                            let rounding = ActRounding::for_format(w.layout.format);
+                            let x = rounding.map_or(addr_of(*input), |r| records_at.unwrap_or(rounded[r as usize].address));
+                            if rounding.is_some() && uses_int_product(ctx, w.layout.format, rows_in) {
+                                // A lone projection whose output only feeds the next op's residual
+                                // add is added into the residual stream by the product itself.
+                                let (out, accumulate) = match ops.get(op_index + 1) {
+                                    Some(Op::Add { acc, other }) if outputs.len() == 1 && *other == p.out && only_added(ops, p.out) => (*acc, 1),
+                                    _ => (p.out, 0),
+                                };
+                                skip_ops = accumulate as usize;
+                                let (kernel, groups) = int_product_dispatch(ctx, w.layout.format, w.rows, w.cols, rows_in, outputs.len() == 1);
+                                // The RMSNorm after the add in this product's last workgroups.
+                                let norm_out = (accumulate == 1)
+                                    .then(|| norm_epilogue(ctx, graph, weights, ops, op_index + 2, n, out, w.layout.format, chain.enabled))
+                                    .flatten()
+                                    .and_then(|norm| Some((norm, kernel.with_norm_out()?)));
+                                let push = Push::new().addr(w.address).addr(w.aux()).addr(x).addr(addr_of(out)).addr(bias);
+                                let push = match norm_out {
+                                    Some(((norm_w, _), _)) => push.addr(norm_w).addr(rounded_alt.address).addr(counters.address).addr(norm_partials),
+                                    None => push,
+                                };
+                                let push = push
+                                    .u32(w.rows as u32)
+                                    .u32(w.cols as u32)
+                                    .u32(rows_in as u32)
+                                    .u32(record_bytes as u32)
+                                    .u32(graph.buffer(out).width as u32)
+                                    .u32(meta_offset as u32)
+                                    .u32(accumulate);
+                                match norm_out {
+                                    Some(((_, eps), norm_kernel)) => {
+                                        let (_, records_meta) = int_act_record(w.rows);
+                                        rec.dispatch(norm_kernel, &push.u32(records_meta as u32).f32(eps), groups)?;
+                                        norm_out_done = Some(norm_partials);
+                                        NORM_EPILOGUES_RECORDED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                    }
+                                    None => chain.dispatch(&mut rec, kernel, push, groups)?,
+                                }
+                            } else {
+                                let push = Push::new().addr(w.address).addr(w.aux()).addr(x).addr(addr_of(p.out)).addr(bias).u32(w.rows as u32).u32(w.cols as u32).u32(rows_in as u32).u32(x_stride).u32(graph.buffer(p.out).width as u32);
+                                let (kernel, push, groups) = product_dispatch(ctx, w.layout.format, w.rows, rows_in, push);
+                                rec.dispatch(kernel, &push, groups)?;
+                            }
                         }
-                        if prefetch > 0 {
-                            record_prefetch(&mut rec, weights, &ops[op_index + 1..], prefetch, sink)?;
                         }
-                        rec.barrier();
-                        if let Some((pool, _)) = op_stamps {
-                            rec.timestamp(pool, n_graph_ops + 2 + op_index as u32);
+                    }
+                    Op::Rope { buf: q_buf, n_heads: n_q_heads } if matches!((ops.get(op_index + 1), ops.get(op_index + 2)), (Some(Op::Rope { buf: k1, .. }), Some(Op::StoreKv { k: k2, .. })) if k1 == k2 && k1 != q_buf) => {
+                        let (Some(Op::Rope { buf: k_buf, n_heads: n_kv_heads }), Some(Op::StoreKv { layer, v, .. })) = (ops.get(op_index + 1), ops.get(op_index + 2)) else { unreachable!("matched above") };
+                        let (kc, vc, stride) = kv_addresses(ctx, kv, *layer)?;
+                        let half = hp.rope_dims / 2;
+                        let kv_width = graph.buffer(*k_buf).width;
+                        let total = n * (n_q_heads + n_kv_heads) * half + n * kv_width;
+                        let push = Push::new()
+                            .addr(addr_of(*q_buf))
+                            .addr(addr_of(*k_buf))
+                            .addr(addr_of(*v))
+                            .addr(rope_table.address)
+                            .addr(kc)
+                            .addr(vc)
+                            .addr(p_pos)
+                            .addr(p_seq)
+                            .addr(p_toff)
+                            .addr(p_tables)
+                            .u32(graph.buffer(*q_buf).width as u32)
+                            .u32(*n_q_heads as u32)
+                            .u32(*n_kv_heads as u32)
+                            .u32(hp.head_dim as u32)
+                            .u32(half as u32)
+                            .u32(u32::from(graph.rope_style == RopeStyle::Neox))
+                            .u32(n as u32)
+                            .u32((stride / 2) as u32)
+                            .u32(block_size as u32);
+                        rec.dispatch(Kernel::RopeStore, &push, [total.div_ceil(64) as u32, 1, 1])?;
+                        skip_ops = 2;
+                    }
+                    Op::Rope { buf, n_heads } => {
+                        let half = hp.rope_dims / 2;
+                        let total = n * n_heads * half;
+                        let push = Push::new()
+                            .addr(addr_of(*buf))
+                            .addr(rope_table.address)
+                            .addr(p_pos)
+                            .u32(graph.buffer(*buf).width as u32)
+                            .u32(*n_heads as u32)
+                            .u32(hp.head_dim as u32)
+                            .u32(half as u32)
+                            .u32(u32::from(graph.rope_style == RopeStyle::Neox))
+                            .u32(n as u32);
+                        rec.dispatch(Kernel::Rope, &push, [total.div_ceil(64) as u32, 1, 1])?;
+                    }
+                    Op::StoreKv { layer, k, v } => {
+                        let (kc, vc, stride) = kv_addresses(ctx, kv, *layer)?;
+                        let width = hp.kv_width();
+                        let push = Push::new()
+                            .addr(addr_of(*k))
+                            .addr(addr_of(*v))
+                            .addr(kc)
+                            .addr(vc)
+                            .addr(p_pos)
+                            .addr(p_seq)
+                            .addr(p_toff)
+                            .addr(p_tables)
+                            .u32(width as u32)
+                            .u32((stride / 2) as u32)
+                            .u32(block_size as u32)
+                            .u32(n as u32);
+                        rec.dispatch(Kernel::StoreKv, &push, [(n * width).div_ceil(64) as u32, 1, 1])?;
+                    }
+                    Op::Attention { layer, q, out } if ctx.exact && n <= INT_MAX_TOKENS && exact_attention_fits(hp.head_dim) => {
+                        // The CPU's arithmetic, written straight to `out` (the product after it
+                        // quantizes its input itself).
+                        let (kc, vc, stride) = kv_addresses(ctx, kv, *layer)?;
+                        let (scratch_stride, chunk_offset, rows_offset) = exact_scratch_layout(max_context);
+                        let push = attention_push(graph, *q, [addr_of(*q), partial.address, kc, vc, p_pos, p_seq, p_toff, p_tables, addr_of(*out)], stride, block_size)
+                            .u32(graph.buffer(*out).width as u32)
+                            .u32(n as u32)
+                            .u32(scratch_stride as u32)
+                            .u32(chunk_offset as u32)
+                            .u32(rows_offset as u32);
+                        // The scores, 128 positions per workgroup (one workgroup per head walked
+                        // them all: 28 workgroups for a 7B token); softmax and weights; the value
+                        // rows, 8 per workgroup; their reduction. Workgroups past a sequence's
+                        // length return at once.
+                        let score_groups = max_context.div_ceil(128) as u32;
+                        for (i, (phase, groups)) in [(3u32, score_groups), (0, 1), (1, 8), (2, 1)].into_iter().enumerate() {
+                            if i > 0 {
+                                rec.barrier();
+                            }
+                            rec.dispatch(Kernel::AttentionExact, &push.clone().u32(phase), [hp.n_heads as u32, n as u32, groups])?;
                         }
-                        let out_width = graph.buffer(*out).width;
-                        if let Some(r) = combine_rounding {
-                            // The merge and the quantization for the product that follows.
+                    }
+                    Op::Attention { layer, q, out } => {
+                        let (kc, vc, stride) = kv_addresses(ctx, kv, *layer)?;
+                        let push = attention_push(graph, *q, [addr_of(*q), partial.address, kc, vc, p_pos, p_seq, p_toff, p_tables, p_header], stride, block_size);
+                        // Opt-in (`STRATA_VULKAN_FUSE_ATTENTION=1`): on the H200 the merge in the last
+                        // workgroups was slower than its own dispatch (7B Q4_K: 438 against 409 us a
+                        // token at context 512, and 4.8 against 4.0 ms a token at 8192, where each
+                        // last workgroup merges 128 splits of two heads alone).
+                        // The rounding the output projection reads its input in, when the merge can
+                        // quantize for it.
+                        let combine_rounding = fused_product_rounding(ctx, weights, ops.get(op_index + 1), *out, n, Some("STRATA_VULKAN_FUSE_COMBINE"));
+                        let fused_combine = combine_rounding.filter(|_| {
+                            n <= INT_MAX_TOKENS
+                                && per_head_decode_attention()
+                                && 256usize.is_multiple_of(hp.head_dim)
+                                && std::env::var("STRATA_VULKAN_FUSE_ATTENTION").as_deref() == Ok("1")
+                                && !read_before_written(&ops[op_index + 2..], *out)
+                        });
+                        if let Some(r) = fused_combine {
+                            // The splits merged and quantized for the output projection by the last
+                            // workgroup of each chunk: one stage instead of two. (The f32 output is
+                            // not written: only the projection's records read it.)
                             let cols = hp.n_heads * hp.head_dim;
-                            let push = quantizing_push(&[partial.address, p_header, addr_of(*out)], rounded[r as usize].address, cols, out_width, n).u32(hp.head_dim as u32);
-                            rec.dispatch(Kernel::AttentionCombineInt(r), &push, int_quantize_groups(n, cols))?;
+                            let (record_bytes, meta_offset) = int_act_record(cols);
+                            let push = attention_push_with(graph, *q, &[addr_of(*q), partial.address, kc, vc, p_pos, p_seq, p_toff, p_tables, p_header, rounded[r as usize].address, counters.address], stride, block_size)
+                                .u32(meta_offset as u32)
+                                .u32(record_bytes as u32)
+                                .u32(u32::MAX);
+                            rec.dispatch_indirect(Kernel::AttentionDecodeFused(r), &push, params_buffer, header_at + (HEADER_ATTENTION_DECODE_ARGS * 4) as u64)?;
+                            prequantized = Some(rounded[r as usize].address);
+                            fused[2] += 1;
+                        } else {
+                            if n <= INT_MAX_TOKENS && per_head_decode_attention() {
+                                // Short and long contexts' tokens (each kernel returns for the
+                                // other's): they write disjoint partial records, so no barrier
+                                // between the two.
+                                let push = push.u32(gqa_from);
+                                rec.dispatch_indirect(Kernel::AttentionDecode, &push, params_buffer, header_at + (HEADER_ATTENTION_DECODE_ARGS * 4) as u64)?;
+                                if gqa_from != u32::MAX {
+                                    rec.dispatch_indirect(Kernel::AttentionDecodeGqa, &push, params_buffer, header_at + (HEADER_ATTENTION_GQA_ARGS * 4) as u64)?;
+                                }
+                            } else {
+                                rec.dispatch_indirect(Kernel::Attention, &push, params_buffer, header_at + (HEADER_ATTENTION_ARGS * 4) as u64)?;
+                            }
+                            if prefetch > 0 {
+                                record_prefetch(&mut rec, weights, &ops[op_index + 1..], prefetch, sink)?;
+                            }
+                            rec.barrier();
+                            if let Some((pool, _)) = op_stamps {
+                                rec.timestamp(pool, n_graph_ops + 2 + op_index as u32);
+                            }
+                            let out_width = graph.buffer(*out).width;
+                            if let Some(r) = combine_rounding {
+                                // The merge and the quantization for the product that follows.
+                                let cols = hp.n_heads * hp.head_dim;
+                                let push = quantizing_push(&[partial.address, p_header, addr_of(*out)], rounded[r as usize].address, cols, out_width, n).u32(hp.head_dim as u32);
+                                rec.dispatch(Kernel::AttentionCombineInt(r), &push, int_quantize_groups(n, cols))?;
+                                prequantized = Some(rounded[r as usize].address);
+                            } else {
+                                let push = Push::new().addr(partial.address).addr(addr_of(*out)).addr(p_header).u32(hp.n_heads as u32).u32(hp.head_dim as u32).u32(out_width as u32);
+                                rec.dispatch(Kernel::AttentionCombine, &push, [hp.n_heads as u32, n as u32, 1])?;
+                            }
+                        }
+                    }
+                    Op::SwiGlu { gate, up, out } => {
+                        let cols = graph.buffer(*out).width;
+                        if let Some(r) = fused_product_rounding(ctx, weights, ops.get(op_index + 1), *out, n, Some("STRATA_VULKAN_FUSE_SWIGLU")) {
+                            // SwiGLU and the quantization for the product that follows in one dispatch.
+                            let push = quantizing_push(&[addr_of(*gate), addr_of(*up), addr_of(*out)], rounded[r as usize].address, cols, cols, n);
+                            rec.dispatch(Kernel::SwiGluInt(r), &push, int_quantize_groups(n, cols))?;
                             prequantized = Some(rounded[r as usize].address);
                         } else {
-                            let push = Push::new().addr(partial.address).addr(addr_of(*out)).addr(p_header).u32(hp.n_heads as u32).u32(hp.head_dim as u32).u32(out_width as u32);
-                            rec.dispatch(Kernel::AttentionCombine, &push, [hp.n_heads as u32, n as u32, 1])?;
+                            let count = (n * cols) as u32;
+                            let push = Push::new().addr(addr_of(*gate)).addr(addr_of(*up)).addr(addr_of(*out)).u32(count);
+                            rec.dispatch(Kernel::SwiGlu, &push, [count.div_ceil(256), 1, 1])?;
                         }
                     }
-                }
-                Op::SwiGlu { gate, up, out } => {
-                    let cols = graph.buffer(*out).width;
-                    if let Some(r) = fused_product_rounding(ctx, weights, ops.get(op_index + 1), *out, n, Some("STRATA_VULKAN_FUSE_SWIGLU")) {
-                        // SwiGLU and the quantization for the product that follows in one dispatch.
-                        let push = quantizing_push(&[addr_of(*gate), addr_of(*up), addr_of(*out)], rounded[r as usize].address, cols, cols, n);
-                        rec.dispatch(Kernel::SwiGluInt(r), &push, int_quantize_groups(n, cols))?;
-                        prequantized = Some(rounded[r as usize].address);
-                    } else {
-                        let count = (n * cols) as u32;
-                        let push = Push::new().addr(addr_of(*gate)).addr(addr_of(*up)).addr(addr_of(*out)).u32(count);
-                        rec.dispatch(Kernel::SwiGlu, &push, [count.div_ceil(256), 1, 1])?;
+                    Op::Add { acc, other } => {
+                        let count = (rows_of(graph, *acc) * graph.buffer(*acc).width) as u32;
+                        let push = Push::new().addr(addr_of(*acc)).addr(addr_of(*other)).u32(count);
+                        rec.dispatch(Kernel::Add, &push, [count.div_ceil(256), 1, 1])?;
+                    }
+                    Op::SelectRows { .. } if elided_select.is_some_and(|(at, _, _)| at == op_index) => {}
+                    Op::SelectRows { input, out } => {
+                        let push = Push::new().addr(addr_of(*input)).addr(addr_of(*out)).addr(p_rows).u32(graph.buffer(*input).width as u32);
+                        rec.dispatch(Kernel::SelectRows, &push, [n_out as u32, 1, 1])?;
                     }
                 }
-                Op::Add { acc, other } => {
-                    let count = (rows_of(graph, *acc) * graph.buffer(*acc).width) as u32;
-                    let push = Push::new().addr(addr_of(*acc)).addr(addr_of(*other)).u32(count);
-                    rec.dispatch(Kernel::Add, &push, [count.div_ceil(256), 1, 1])?;
-                }
-                Op::SelectRows { .. } if elided_select.is_some_and(|(at, _, _)| at == op_index) => {}
-                Op::SelectRows { input, out } => {
-                    let push = Push::new().addr(addr_of(*input)).addr(addr_of(*out)).addr(p_rows).u32(graph.buffer(*input).width as u32);
-                    rec.dispatch(Kernel::SelectRows, &push, [n_out as u32, 1, 1])?;
+                chain.end_stage(&mut rec);
+                if let Some((pool, _)) = op_stamps {
+                    rec.timestamp(pool, op_index as u32 + 1);
                 }
             }
-            chain.end_stage(&mut rec);
-            if let Some((pool, _)) = op_stamps {
-                rec.timestamp(pool, op_index as u32 + 1);
+            // (Ordered after the logits by the last op's barrier.)
+            match tail {
+                StepTail::Logits => {}
+                StepTail::Argmax | StepTail::ArgmaxFed { .. } => {
+                    let push = Push::new().addr(logits.address).addr(counters.address + tokens_offset + (argmax_word * 4) as u64).u32(hp.vocab_size as u32);
+                    rec.dispatch(Kernel::Argmax, &push, [n_out as u32, 1, 1])?;
+                    if step + 1 < steps {
+                        // Before the next step's embedding reads the token.
+                        rec.barrier();
+                    }
+                }
+                StepTail::TopK => {
+                    let push = Push::new().addr(logits.address).addr(counters.address + top_k_offset(graph)).u32(hp.vocab_size as u32);
+                    rec.dispatch(Kernel::TopK, &push, [n_out as u32, 1, 1])?;
+                }
             }
         }
         tracing::debug!(tokens = n, fused_qkv = fused[0], fused_swiglu = fused[1], fused_attention = fused[2], "recorded a step");
-        let logits = &bufs[graph.logits.0 as usize];
-        let bytes = (n_out * hp.vocab_size * 4) as u64;
-        let mut copies = vec![(self.arena.buffer(logits), logits.offset, 0, bytes)];
-        // (Ordered after the logits by the last op's barrier, before the copy by copy_to_host's.)
-        match tail {
-            StepTail::Logits => {}
-            StepTail::Argmax | StepTail::ArgmaxFed(_) => {
-                let tokens_offset = argmax_offset(graph);
-                let push = Push::new().addr(logits.address).addr(counters.address + tokens_offset).u32(hp.vocab_size as u32);
-                rec.dispatch(Kernel::Argmax, &push, [n_out as u32, 1, 1])?;
-                copies[0] = (counters_buffer, counters.offset + tokens_offset, readback_at, (n_out * 4) as u64);
-            }
-            StepTail::TopK => {
-                let top_offset = top_k_offset(graph);
-                let push = Push::new().addr(logits.address).addr(counters.address + top_offset).u32(hp.vocab_size as u32);
-                rec.dispatch(Kernel::TopK, &push, [n_out as u32, 1, 1])?;
-                copies[0] = (counters_buffer, counters.offset + top_offset, 0, (n_out * TOP_K_MAX * 8) as u64);
-            }
-        }
+        // (Before the copies by copy_to_host's barrier.)
+        let mut copies = match tail {
+            StepTail::Logits => vec![(self.arena.buffer(logits), logits.offset, 0, (n_out * hp.vocab_size * 4) as u64)],
+            StepTail::Argmax | StepTail::ArgmaxFed { .. } if steps > 1 => vec![
+                // Steps 0..steps - 1's tokens in words 1.., the last step's in word 0.
+                (counters_buffer, counters.offset + tokens_offset + 4, readback_at, ((steps - 1) * 4) as u64),
+                (counters_buffer, counters.offset + tokens_offset, readback_at + ((steps - 1) * 4) as u64, 4),
+            ],
+            StepTail::Argmax | StepTail::ArgmaxFed { .. } => vec![(counters_buffer, counters.offset + tokens_offset, readback_at, (n_out * 4) as u64)],
+            StepTail::TopK => vec![(counters_buffer, counters.offset + top_k_offset(graph), 0, (n_out * TOP_K_MAX * 8) as u64)],
+        };
         if grid_barriers {
             // The give-up count, after the largest step's logits.
             let give_ups = grid_sync + 8 - counters.address;
@@ -1755,7 +1818,7 @@ fn chain_bytes() -> u64 {
 static FED_STEPS_SUBMITTED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// How many greedy steps this process has submitted before the host read the token they
-/// decode ([`StepTail::ArgmaxFed`]: two steps in flight).
+/// decode ([`StepTail::ArgmaxFed`]: two submissions in flight).
 pub fn fed_steps_submitted() -> u64 {
     FED_STEPS_SUBMITTED.load(std::sync::atomic::Ordering::Relaxed)
 }
@@ -2238,7 +2301,7 @@ impl VulkanPlan {
             n_blocks: self.kv.layout.params.n_blocks() as usize,
         };
         limits.check(b)?;
-        self.write_params(b, tail.slot())?;
+        self.write_params(b, tail.slot(), 0)?;
         self.record(b.len(), b.output_rows.len(), tail)
     }
 
@@ -2261,44 +2324,88 @@ impl VulkanPlan {
         !off && self.profiler.is_none() && self.argmax_on_gpu(vocab_size, 1)
     }
 
-    /// [`ForwardPlan::decode_greedy`] with two steps in flight: step i + 2 is submitted as soon
-    /// as step i's token is read, while step i + 1 runs (and reads step i's token on the
-    /// device). Steps alternate between the two slots of [`StepTail::ArgmaxFed`].
+    /// The command buffers of a greedy run: its first step alone (its token from the host),
+    /// then submissions of `steps` fed steps ([`StepTail::ArgmaxFed`]) in alternating slots,
+    /// and single fed steps for the rest (a few shapes, recorded once). Each entry: the first
+    /// step it runs and how it ends.
+    fn greedy_submissions(n_steps: usize, steps: usize) -> Vec<(usize, StepTail)> {
+        let mut out = Vec::with_capacity(n_steps.min(1 << 16));
+        let mut at = 0;
+        while at < n_steps {
+            let slot = (out.len() % 2) as u8;
+            let tail = if at == 0 {
+                StepTail::Argmax
+            } else if n_steps - at >= steps {
+                StepTail::ArgmaxFed { slot, steps: steps as u8 }
+            } else {
+                StepTail::ArgmaxFed { slot, steps: 1 }
+            };
+            out.push((at, tail));
+            at += tail.steps();
+        }
+        out
+    }
+
+    /// The shapes [`VulkanPlan::greedy_submissions`] uses for `steps`.
+    fn greedy_tails(steps: usize) -> Vec<StepTail> {
+        let mut tails = vec![StepTail::Argmax, StepTail::ArgmaxFed { slot: 0, steps: 1 }, StepTail::ArgmaxFed { slot: 1, steps: 1 }];
+        if steps > 1 {
+            tails.extend((0..2).map(|slot| StepTail::ArgmaxFed { slot, steps: steps as u8 }));
+        }
+        tails
+    }
+
+    /// [`ForwardPlan::decode_greedy`] with two submissions in flight: submission i + 2 is
+    /// submitted as soon as submission i's tokens are read, while submission i + 1 runs (and
+    /// reads submission i's last token on the device). See [`VulkanPlan::greedy_submissions`].
     fn decode_greedy_pipelined(&mut self, first_token: u32, start_pos: u32, block_table: &[u32], n_steps: usize, keep_going: &mut dyn FnMut(u32) -> bool) -> Result<Vec<u32>, DeviceError> {
         let tables = [block_table];
-        let tail_of = |i: usize| if i == 0 { StepTail::Argmax } else { StepTail::ArgmaxFed((i % 2) as u8) };
-        let submit = |plan: &mut VulkanPlan, i: usize| -> Result<u64, DeviceError> {
-            let position = crate::greedy_position(start_pos, i)?;
-            // (A later step's token is read on the device; `first_token` only fills its place.)
-            let batch = StepBatch { tokens: &[first_token], positions: &[position], seq_of_token: &[0], block_tables: &tables, output_rows: &[0] };
-            let cb = plan.prepare_step(&batch, tail_of(i))?;
+        let plan_of = Self::greedy_submissions(n_steps, self.greedy_steps_per_submission);
+        let submit = |plan: &mut VulkanPlan, (first, tail): (usize, StepTail)| -> Result<u64, DeviceError> {
+            for k in 0..tail.steps() {
+                let position = crate::greedy_position(start_pos, first + k)?;
+                // (A fed step's token is read on the device; `first_token` only fills its place.)
+                let batch = StepBatch { tokens: &[first_token], positions: &[position], seq_of_token: &[0], block_tables: &tables, output_rows: &[0] };
+                BatchLimits {
+                    max_tokens: plan.opts.max_batch_tokens,
+                    max_outputs: plan.opts.max_outputs,
+                    vocab_size: plan.graph.hparams.vocab_size,
+                    block_size: plan.opts.block_size,
+                    n_blocks: plan.kv.layout.params.n_blocks() as usize,
+                }
+                .check(&batch)?;
+                plan.write_params(&batch, tail.slot(), k)?;
+            }
+            let cb = plan.record(1, 1, tail)?;
             let value = plan.commands.timeline.submit(cb)?;
-            if i > 0 {
-                FED_STEPS_SUBMITTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if first > 0 {
+                FED_STEPS_SUBMITTED.fetch_add(tail.steps() as u64, std::sync::atomic::Ordering::Relaxed);
             }
             Ok(value)
         };
         let mut pending = std::collections::VecDeque::with_capacity(2);
-        for i in 0..n_steps.min(2) {
-            pending.push_back(submit(self, i)?);
+        for &sub in plan_of.iter().take(2) {
+            pending.push_back(submit(self, sub)?);
         }
         let mut picked = Vec::with_capacity(n_steps.min(1 << 16));
-        for i in 0..n_steps {
+        'run: for (i, &(_, tail)) in plan_of.iter().enumerate() {
             let Some(value) = pending.pop_front() else { break };
             self.commands.timeline.wait(value)?;
-            let at = self.readback_of_slot(tail_of(i).slot()) as usize;
+            let at = self.readback_of_slot(tail.slot()) as usize;
             let bytes = self.readback.mapped().ok_or_else(|| unsupported(&self.ctx, "the readback buffer is not mapped".into()))?;
-            let token = bytes.get(at..at + 4).map(|w| conv::u32_from_bytes(w)[0]).ok_or_else(|| unsupported(&self.ctx, "the readback buffer is too small".into()))?;
-            picked.push(token);
-            if !keep_going(token) {
-                break;
+            let words = bytes.get(at..at + 4 * tail.steps()).ok_or_else(|| unsupported(&self.ctx, "the readback buffer is too small".into()))?;
+            for token in conv::u32_from_bytes(words) {
+                picked.push(token);
+                if !keep_going(token) {
+                    break 'run;
+                }
             }
-            if i + 2 < n_steps {
-                pending.push_back(submit(self, i + 2)?);
+            if let Some(&sub) = plan_of.get(i + 2) {
+                pending.push_back(submit(self, sub)?);
             }
         }
-        // A step submitted after the one that stopped the run finishes before anything reuses
-        // its buffers; its token is dropped.
+        // A submission after the one that stopped the run finishes before anything reuses its
+        // buffers; its tokens are dropped.
         if let Some(&last) = pending.back() {
             self.commands.timeline.wait(last)?;
         }
@@ -2342,21 +2449,21 @@ impl ForwardPlan for VulkanPlan {
         Ok(conv::u32_from_bytes(&bytes[..n_out * 4]))
     }
 
-    /// Two steps in flight (see [`VulkanPlan::decode_greedy_pipelined`]) where the argmax runs
+    /// Two submissions of greedy steps in flight (see [`VulkanPlan::decode_greedy_pipelined`]) where the argmax runs
     /// on the GPU and the recorded steps have no opt-in form whose reports the host must check
     /// after each step (grid barriers, chained stages); otherwise one step at a time.
     fn decode_greedy(&mut self, first_token: u32, start_pos: u32, block_table: &[u32], n_steps: usize, vocab_size: usize, keep_going: &mut dyn FnMut(u32) -> bool) -> Result<Vec<u32>, DeviceError> {
         if n_steps < 2 || !self.greedy_runs_pipelined(vocab_size) {
             return crate::greedy_steps_one_by_one(self, first_token, start_pos, block_table, n_steps, vocab_size, keep_going);
         }
-        // All three shapes are recorded before anything is submitted: recording may free cached
-        // command buffers (never a pending one, then).
-        let tails = [StepTail::Argmax, StepTail::ArgmaxFed(0), StepTail::ArgmaxFed(1)];
+        // Every shape is recorded before anything is submitted: recording may free cached command
+        // buffers (never a pending one, then).
+        let tails = Self::greedy_tails(self.greedy_steps_per_submission);
         if tails.iter().any(|t| !self.commands.recorded.contains_key(&(1, 1, *t))) && self.commands.recorded.len() + tails.len() > MAX_RECORDED_SHAPES {
             // SAFETY: no submission is pending (every step before this one was waited for).
             unsafe { self.commands.forget_all() };
         }
-        for tail in tails {
+        for &tail in &tails {
             self.record(1, 1, tail)?;
         }
         let reports = self.grid_barriers || tails.iter().any(|t| self.chain_words.get(&(1, 1, *t)).is_some_and(|c| !c.is_empty()));
