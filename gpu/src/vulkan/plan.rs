@@ -448,8 +448,13 @@ pub struct VulkanPlan {
     /// Chained stages (shaders/chain.glsl) of each recorded step shape: the workgroups each
     /// word counts by the step's end (word 0 none); empty for none. Its readback holds them.
     chain_words: HashMap<(usize, usize, StepTail), Vec<u32>>,
-    /// One-token steps a greedy run's command buffers hold, after its first step.
+    /// One-token steps a greedy run's command buffers hold, after its first step: always
+    /// (`greedy_steps_fixed`: set by `STRATA_VULKAN_GREEDY_STEPS` or the caller), or while a
+    /// submission's steps take at most [`GREEDY_BURST_US`] (`greedy_step_us`: the last run's
+    /// time a step, 0 before one).
     greedy_steps_per_submission: usize,
+    greedy_steps_fixed: bool,
+    greedy_step_us: f64,
     ctx: Arc<VulkanContext>,
 }
 
@@ -495,8 +500,24 @@ pub const GREEDY_MAX_STEPS_PER_SUBMISSION: usize = 8;
 /// [`GREEDY_MAX_STEPS_PER_SUBMISSION`]) says otherwise.
 const DEFAULT_GREEDY_STEPS_PER_SUBMISSION: usize = 4;
 
-fn greedy_steps_from_env() -> usize {
-    std::env::var("STRATA_VULKAN_GREEDY_STEPS").ok().and_then(|v| v.parse::<usize>().ok()).map_or(DEFAULT_GREEDY_STEPS_PER_SUBMISSION, |k| k.clamp(1, GREEDY_MAX_STEPS_PER_SUBMISSION))
+/// `STRATA_VULKAN_GREEDY_STEPS` (clamped to 1..=[`GREEDY_MAX_STEPS_PER_SUBMISSION`]), if set.
+fn greedy_steps_from_env() -> Option<usize> {
+    std::env::var("STRATA_VULKAN_GREEDY_STEPS").ok().and_then(|v| v.parse::<usize>().ok()).map(|k| k.clamp(1, GREEDY_MAX_STEPS_PER_SUBMISSION))
+}
+
+/// Longest a submission of several greedy steps may take by default: its tokens reach the host
+/// (and a stream) together, so a slow model's stream would come in visible bursts, while the
+/// start a submission saves (~40 us on an H200) is nothing beside its steps.
+const GREEDY_BURST_US: f64 = 16_000.0;
+
+/// Steps the next greedy submission holds: `configured` if `fixed`, before any step was timed
+/// (`step_us` 0) and while `configured` steps of `step_us` fit [`GREEDY_BURST_US`]; else one.
+fn greedy_steps_for(configured: usize, fixed: bool, step_us: f64) -> usize {
+    if fixed || step_us * configured as f64 <= GREEDY_BURST_US {
+        configured
+    } else {
+        1
+    }
 }
 
 /// Recorded command buffers by step shape, with the pool and the timeline semaphore each step
@@ -831,19 +852,23 @@ impl VulkanPlan {
             grid_barriers: false,
             give_ups_seen: 0,
             chain_words: HashMap::new(),
-            greedy_steps_per_submission: greedy_steps_from_env(),
+            greedy_steps_per_submission: greedy_steps_from_env().unwrap_or(DEFAULT_GREEDY_STEPS_PER_SUBMISSION),
+            greedy_steps_fixed: greedy_steps_from_env().is_some(),
+            greedy_step_us: 0.0,
             ctx: ctx.clone(),
         })
     }
 
     /// Sets how many one-token steps of a greedy run ([`ForwardPlan::decode_greedy`]) after its
-    /// first go into one command buffer (clamped to 1..=[`GREEDY_MAX_STEPS_PER_SUBMISSION`]):
-    /// more save each submission's start (its barrier against the one before, the parameter
-    /// copy, the switch between command buffers) on fewer steps, and a run stopped early has
-    /// run up to `2 * steps - 1` steps whose tokens are dropped. The default is
-    /// `STRATA_VULKAN_GREEDY_STEPS`, else 4.
+    /// first go into one command buffer (clamped to 1..=[`GREEDY_MAX_STEPS_PER_SUBMISSION`]),
+    /// whatever a step takes: more save each submission's start (its barrier against the one
+    /// before, the parameter copy, the switch between command buffers) on fewer steps; the host
+    /// reads a submission's tokens together, and a run stopped early has run up to
+    /// `2 * steps - 1` steps whose tokens are dropped. The default is
+    /// `STRATA_VULKAN_GREEDY_STEPS`, else 4 while four steps take at most 16 ms.
     pub fn set_greedy_steps_per_submission(&mut self, steps: usize) {
         self.greedy_steps_per_submission = steps.clamp(1, GREEDY_MAX_STEPS_PER_SUBMISSION);
+        self.greedy_steps_fixed = true;
     }
 
     /// Bytes of weights uploaded.
@@ -2324,29 +2349,22 @@ impl VulkanPlan {
         !off && self.profiler.is_none() && self.argmax_on_gpu(vocab_size, 1)
     }
 
-    /// The command buffers of a greedy run: its first step alone (its token from the host),
-    /// then submissions of `steps` fed steps ([`StepTail::ArgmaxFed`]) in alternating slots,
-    /// and single fed steps for the rest (a few shapes, recorded once). Each entry: the first
-    /// step it runs and how it ends.
-    fn greedy_submissions(n_steps: usize, steps: usize) -> Vec<(usize, StepTail)> {
-        let mut out = Vec::with_capacity(n_steps.min(1 << 16));
-        let mut at = 0;
-        while at < n_steps {
-            let slot = (out.len() % 2) as u8;
-            let tail = if at == 0 {
-                StepTail::Argmax
-            } else if n_steps - at >= steps {
-                StepTail::ArgmaxFed { slot, steps: steps as u8 }
-            } else {
-                StepTail::ArgmaxFed { slot, steps: 1 }
-            };
-            out.push((at, tail));
-            at += tail.steps();
+    /// How the submission of a greedy run that starts at step `at` (the run's `index`-th) ends:
+    /// the run's first step alone (its token from the host), then submissions of `steps` fed
+    /// steps ([`StepTail::ArgmaxFed`]) in alternating slots, and single fed steps for the rest
+    /// (a few shapes, recorded once).
+    fn greedy_tail_at(at: usize, index: usize, n_steps: usize, steps: usize) -> StepTail {
+        let slot = (index % 2) as u8;
+        if at == 0 {
+            StepTail::Argmax
+        } else if steps > 1 && n_steps.saturating_sub(at) >= steps {
+            StepTail::ArgmaxFed { slot, steps: steps as u8 }
+        } else {
+            StepTail::ArgmaxFed { slot, steps: 1 }
         }
-        out
     }
 
-    /// The shapes [`VulkanPlan::greedy_submissions`] uses for `steps`.
+    /// The shapes [`VulkanPlan::greedy_tail_at`] uses for `steps`.
     fn greedy_tails(steps: usize) -> Vec<StepTail> {
         let mut tails = vec![StepTail::Argmax, StepTail::ArgmaxFed { slot: 0, steps: 1 }, StepTail::ArgmaxFed { slot: 1, steps: 1 }];
         if steps > 1 {
@@ -2357,10 +2375,10 @@ impl VulkanPlan {
 
     /// [`ForwardPlan::decode_greedy`] with two submissions in flight: submission i + 2 is
     /// submitted as soon as submission i's tokens are read, while submission i + 1 runs (and
-    /// reads submission i's last token on the device). See [`VulkanPlan::greedy_submissions`].
+    /// reads submission i's last token on the device). See [`VulkanPlan::greedy_tail_at`]; each
+    /// submission's length is chosen when it is submitted ([`greedy_steps_for`]).
     fn decode_greedy_pipelined(&mut self, first_token: u32, start_pos: u32, block_table: &[u32], n_steps: usize, keep_going: &mut dyn FnMut(u32) -> bool) -> Result<Vec<u32>, DeviceError> {
         let tables = [block_table];
-        let plan_of = Self::greedy_submissions(n_steps, self.greedy_steps_per_submission);
         let submit = |plan: &mut VulkanPlan, (first, tail): (usize, StepTail)| -> Result<u64, DeviceError> {
             for k in 0..tail.steps() {
                 let position = crate::greedy_position(start_pos, first + k)?;
@@ -2383,14 +2401,36 @@ impl VulkanPlan {
             }
             Ok(value)
         };
+        // The next submission's first step and its index in the run.
+        let (mut next_at, mut next_index) = (0usize, 0usize);
+        let mut submit_next = |plan: &mut VulkanPlan| -> Result<Option<(u64, StepTail)>, DeviceError> {
+            if next_at >= n_steps {
+                return Ok(None);
+            }
+            let steps = greedy_steps_for(plan.greedy_steps_per_submission, plan.greedy_steps_fixed, plan.greedy_step_us);
+            let tail = Self::greedy_tail_at(next_at, next_index, n_steps, steps);
+            let value = submit(plan, (next_at, tail))?;
+            next_at += tail.steps();
+            next_index += 1;
+            Ok(Some((value, tail)))
+        };
         let mut pending = std::collections::VecDeque::with_capacity(2);
-        for &sub in plan_of.iter().take(2) {
-            pending.push_back(submit(self, sub)?);
+        for _ in 0..2 {
+            if let Some(sub) = submit_next(self)? {
+                pending.push_back(sub);
+            }
         }
         let mut picked = Vec::with_capacity(n_steps.min(1 << 16));
-        'run: for (i, &(_, tail)) in plan_of.iter().enumerate() {
-            let Some(value) = pending.pop_front() else { break };
+        // When the submission before finished: the GPU ran the next one from there (two are
+        // in flight), so the time to its end over its steps is a step's time.
+        let mut finished_before: Option<std::time::Instant> = None;
+        'run: while let Some((value, tail)) = pending.pop_front() {
             self.commands.timeline.wait(value)?;
+            let now = std::time::Instant::now();
+            if let Some(before) = finished_before {
+                self.greedy_step_us = now.duration_since(before).as_secs_f64() * 1e6 / tail.steps() as f64;
+            }
+            finished_before = Some(now);
             let at = self.readback_of_slot(tail.slot()) as usize;
             let bytes = self.readback.mapped().ok_or_else(|| unsupported(&self.ctx, "the readback buffer is not mapped".into()))?;
             let words = bytes.get(at..at + 4 * tail.steps()).ok_or_else(|| unsupported(&self.ctx, "the readback buffer is too small".into()))?;
@@ -2400,13 +2440,13 @@ impl VulkanPlan {
                     break 'run;
                 }
             }
-            if let Some(&sub) = plan_of.get(i + 2) {
-                pending.push_back(submit(self, sub)?);
+            if let Some(sub) = submit_next(self)? {
+                pending.push_back(sub);
             }
         }
         // A submission after the one that stopped the run finishes before anything reuses its
         // buffers; its tokens are dropped.
-        if let Some(&last) = pending.back() {
+        if let Some(&(last, _)) = pending.back() {
             self.commands.timeline.wait(last)?;
         }
         Ok(picked)
@@ -2500,5 +2540,45 @@ impl ForwardPlan for VulkanPlan {
 
     fn max_batch_tokens(&self) -> usize {
         self.opts.max_batch_tokens
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn greedy_submissions_hold_several_steps_only_while_they_are_short() {
+        // Not yet timed, or four steps within the burst: four.
+        assert_eq!(greedy_steps_for(4, false, 0.0), 4);
+        assert_eq!(greedy_steps_for(4, false, 2_200.0), 4);
+        assert_eq!(greedy_steps_for(4, false, GREEDY_BURST_US / 4.0), 4);
+        // A slow model's steps: one a submission, so its stream is not bursty.
+        assert_eq!(greedy_steps_for(4, false, GREEDY_BURST_US / 4.0 + 1.0), 1);
+        assert_eq!(greedy_steps_for(4, false, 50_000.0), 1);
+        // Set by the caller or the environment: whatever a step takes.
+        assert_eq!(greedy_steps_for(4, true, 50_000.0), 4);
+        assert_eq!(greedy_steps_for(1, false, 0.0), 1);
+    }
+
+    #[test]
+    fn a_greedy_run_is_its_first_step_then_alternating_submissions_of_recorded_shapes() {
+        for steps in 1..=GREEDY_MAX_STEPS_PER_SUBMISSION {
+            for n_steps in 1..40 {
+                let shapes = VulkanPlan::greedy_tails(steps);
+                let (mut at, mut index) = (0, 0);
+                while at < n_steps {
+                    let tail = VulkanPlan::greedy_tail_at(at, index, n_steps, steps);
+                    assert!(shapes.contains(&tail), "{tail:?} is not recorded for {steps} steps");
+                    assert_eq!(tail == StepTail::Argmax, at == 0, "only the first step takes its token from the host");
+                    if at > 0 {
+                        assert_eq!(tail.slot(), index % 2, "submissions alternate between the slots");
+                    }
+                    at += tail.steps();
+                    index += 1;
+                }
+                assert_eq!(at, n_steps, "a run of {n_steps} with {steps} a submission runs exactly its steps");
+            }
+        }
     }
 }
