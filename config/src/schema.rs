@@ -270,8 +270,10 @@ pub struct BatchingConfig {
     /// `greedy_run_tokens`: while one greedy request without logprobs runs alone and nothing
     /// waits, its decode steps go in runs of up to this many tokens, each step submitted before
     /// the host has read the token of the step before (a GPU then never waits for the host
-    /// between tokens). A request arriving, a stop or a cancellation ends a run after at most
-    /// one more step, whose token is dropped. 0 turns runs off. Default `32`.
+    /// between tokens). A request arriving, a stop or a cancellation ends a run after the steps
+    /// already submitted, whose tokens are dropped: one more on the CPU, up to seven on Vulkan
+    /// (two submissions of up to four steps, `STRATA_VULKAN_GREEDY_STEPS`). 0 turns runs off.
+    /// Default `32`.
     pub greedy_run_tokens: usize,
 }
 
