@@ -510,10 +510,12 @@ fn greedy_steps_from_env() -> Option<usize> {
 /// start a submission saves (~40 us on an H200) is nothing beside its steps.
 const GREEDY_BURST_US: f64 = 16_000.0;
 
-/// Steps the next greedy submission holds: `configured` if `fixed`, before any step was timed
-/// (`step_us` 0) and while `configured` steps of `step_us` fit [`GREEDY_BURST_US`]; else one.
+/// Steps the next greedy submission holds: `configured` if `fixed`, or once a step was timed
+/// (`step_us` above 0) and `configured` steps of `step_us` fit [`GREEDY_BURST_US`]; else one.
+/// (Not before a step is timed: on a slow device a stop would first wait for up to 2K - 1
+/// dropped steps, which a shutdown's grace may not hold.)
 fn greedy_steps_for(configured: usize, fixed: bool, step_us: f64) -> usize {
-    if fixed || step_us * configured as f64 <= GREEDY_BURST_US {
+    if fixed || (step_us > 0.0 && step_us * configured as f64 <= GREEDY_BURST_US) {
         configured
     } else {
         1
@@ -865,7 +867,7 @@ impl VulkanPlan {
     /// before, the parameter copy, the switch between command buffers) on fewer steps; the host
     /// reads a submission's tokens together, and a run stopped early has run up to
     /// `2 * steps - 1` steps whose tokens are dropped. The default is
-    /// `STRATA_VULKAN_GREEDY_STEPS`, else 4 while four steps take at most 16 ms.
+    /// `STRATA_VULKAN_GREEDY_STEPS`, else 4 once four steps are timed at most 16 ms.
     pub fn set_greedy_steps_per_submission(&mut self, steps: usize) {
         self.greedy_steps_per_submission = steps.clamp(1, GREEDY_MAX_STEPS_PER_SUBMISSION);
         self.greedy_steps_fixed = true;
@@ -2549,8 +2551,8 @@ mod tests {
 
     #[test]
     fn greedy_submissions_hold_several_steps_only_while_they_are_short() {
-        // Not yet timed, or four steps within the burst: four.
-        assert_eq!(greedy_steps_for(4, false, 0.0), 4);
+        // Not yet timed: one. Four steps within the burst: four.
+        assert_eq!(greedy_steps_for(4, false, 0.0), 1);
         assert_eq!(greedy_steps_for(4, false, 2_200.0), 4);
         assert_eq!(greedy_steps_for(4, false, GREEDY_BURST_US / 4.0), 4);
         // A slow model's steps: one a submission, so its stream is not bursty.
