@@ -825,6 +825,7 @@ impl VulkanPlan {
         // the second slot's tokens of a greedy run.
         let readback = Buffer::new(ctx, fed_token_readback(opts.max_outputs, hp.vocab_size) + (GREEDY_MAX_STEPS_PER_SUBMISSION * 4).next_multiple_of(16) as u64, readback_kind(), "logits readback")?;
         tracing::info!(device = %ctx.name(), weights_mib = weight_bytes >> 20, device_mib = arena.allocated_bytes() >> 20, "Vulkan plan compiled");
+        let greedy_steps_env = greedy_steps_from_env();
         Ok(VulkanPlan {
             commands: CommandCache::new(ctx)?,
             profiler: if std::env::var("STRATA_VULKAN_PROFILE").is_ok_and(|v| v == "1" || v == "steps") { Some(Profiler::new(ctx, &graph)?) } else { None },
@@ -854,8 +855,8 @@ impl VulkanPlan {
             grid_barriers: false,
             give_ups_seen: 0,
             chain_words: HashMap::new(),
-            greedy_steps_per_submission: greedy_steps_from_env().unwrap_or(DEFAULT_GREEDY_STEPS_PER_SUBMISSION),
-            greedy_steps_fixed: greedy_steps_from_env().is_some(),
+            greedy_steps_per_submission: greedy_steps_env.unwrap_or(DEFAULT_GREEDY_STEPS_PER_SUBMISSION),
+            greedy_steps_fixed: greedy_steps_env.is_some(),
             greedy_step_us: 0.0,
             ctx: ctx.clone(),
         })
@@ -2317,9 +2318,9 @@ impl VulkanPlan {
         Ok(())
     }
 
-    /// Checks the batch, writes its parameters into the host buffer of `tail`'s slot (which no
-    /// pending submission may read) and returns the step's command buffer, recorded or cached.
-    fn prepare_step(&mut self, b: &StepBatch<'_>, tail: StepTail) -> Result<vk::CommandBuffer, DeviceError> {
+    /// Checks the batch against the plan's limits and writes its parameters into `region` of the
+    /// host buffer of `slot` ([`VulkanPlan::write_params`]).
+    fn check_and_write_params(&mut self, b: &StepBatch<'_>, slot: usize, region: usize) -> Result<(), DeviceError> {
         let limits = BatchLimits {
             max_tokens: self.opts.max_batch_tokens,
             max_outputs: self.opts.max_outputs,
@@ -2328,7 +2329,13 @@ impl VulkanPlan {
             n_blocks: self.kv.layout.params.n_blocks() as usize,
         };
         limits.check(b)?;
-        self.write_params(b, tail.slot(), 0)?;
+        self.write_params(b, slot, region)
+    }
+
+    /// Checks the batch, writes its parameters into the host buffer of `tail`'s slot (which no
+    /// pending submission may read) and returns the step's command buffer, recorded or cached.
+    fn prepare_step(&mut self, b: &StepBatch<'_>, tail: StepTail) -> Result<vk::CommandBuffer, DeviceError> {
+        self.check_and_write_params(b, tail.slot(), 0)?;
         self.record(b.len(), b.output_rows.len(), tail)
     }
 
@@ -2386,15 +2393,7 @@ impl VulkanPlan {
                 let position = crate::greedy_position(start_pos, first + k)?;
                 // (A fed step's token is read on the device; `first_token` only fills its place.)
                 let batch = StepBatch { tokens: &[first_token], positions: &[position], seq_of_token: &[0], block_tables: &tables, output_rows: &[0] };
-                BatchLimits {
-                    max_tokens: plan.opts.max_batch_tokens,
-                    max_outputs: plan.opts.max_outputs,
-                    vocab_size: plan.graph.hparams.vocab_size,
-                    block_size: plan.opts.block_size,
-                    n_blocks: plan.kv.layout.params.n_blocks() as usize,
-                }
-                .check(&batch)?;
-                plan.write_params(&batch, tail.slot(), k)?;
+                plan.check_and_write_params(&batch, tail.slot(), k)?;
             }
             let cb = plan.record(1, 1, tail)?;
             let value = plan.commands.timeline.submit(cb)?;
@@ -2491,9 +2490,10 @@ impl ForwardPlan for VulkanPlan {
         Ok(conv::u32_from_bytes(&bytes[..n_out * 4]))
     }
 
-    /// Two submissions of greedy steps in flight (see [`VulkanPlan::decode_greedy_pipelined`]) where the argmax runs
-    /// on the GPU and the recorded steps have no opt-in form whose reports the host must check
-    /// after each step (grid barriers, chained stages); otherwise one step at a time.
+    /// Two submissions of greedy steps in flight (see [`VulkanPlan::decode_greedy_pipelined`])
+    /// where the argmax runs on the GPU and the recorded steps have no opt-in form whose reports
+    /// the host must check after each step (grid barriers, chained stages); otherwise one step at
+    /// a time.
     fn decode_greedy(&mut self, first_token: u32, start_pos: u32, block_table: &[u32], n_steps: usize, vocab_size: usize, keep_going: &mut dyn FnMut(u32) -> bool) -> Result<Vec<u32>, DeviceError> {
         if n_steps < 2 || !self.greedy_runs_pipelined(vocab_size) {
             return crate::greedy_steps_one_by_one(self, first_token, start_pos, block_table, n_steps, vocab_size, keep_going);
