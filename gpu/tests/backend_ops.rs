@@ -541,7 +541,8 @@ fn attention_over_block_tables_and_zero_copy_import() {
 /// contexts attention_decode_gqa.comp, a workgroup per KV head serving its group), each alone and
 /// one step split between them by context length, against the reference. Shapes: GQA 7:1 x 64,
 /// 3:1 x 128, 8:1 x 32 (the largest group), 2:1 x 256 (V slices longer than the GQA kernel's
-/// loads ahead).
+/// loads ahead). Each with blocks of 16 cells and with the same cells in blocks of one (the GQA
+/// kernel's splits then span more blocks than it keeps in shared memory).
 #[test]
 fn vulkan_decode_attention_kernels_match_the_reference() {
     let Some(mut ops) = first_vulkan_ops() else { return };
@@ -562,15 +563,21 @@ fn vulkan_decode_attention_kernels_match_the_reference() {
         let q = random(&mut rng, positions.len() * n_heads * hd, 1.0);
         let args = AttentionArgs { layer: 1, q: &q, n_heads, n_kv_heads, head_dim: hd, positions: &positions, seq_of_token: &seq_of_token, block_tables: &tables, block_size: block, scale: 1.0 / (hd as f32).sqrt() };
         let want = reference_attention(&kv, &args);
+        // The same cells, a block each.
+        let cells: Vec<Vec<u32>> = tables.iter().map(|t| t.iter().flat_map(|&b| (0..block as u32).map(move |i| b * block as u32 + i)).collect()).collect();
+        let cell_tables: Vec<&[u32]> = cells.iter().map(Vec::as_slice).collect();
+        let per_cell = AttentionArgs { block_tables: &cell_tables, block_size: 1, ..args };
         // Per query head only; the GQA kernel only; tokens of 300 positions and more to it.
-        for gqa_from in [u32::MAX, 0, 300] {
-            let got = match ops.decode_attention(&kv, &args, gqa_from) {
-                Err(DeviceError::Unsupported { .. }) if gqa_from != u32::MAX => continue,
-                r => r.expect("decode attention"),
-            };
-            let e = nmse(&got, &want);
-            eprintln!("decode attention {n_heads}/{n_kv_heads}x{hd}, GQA kernel from {gqa_from}: nmse {e:e}");
-            assert!(e < 1e-8, "decode attention {n_heads}/{n_kv_heads}x{hd}, GQA kernel from {gqa_from}: nmse {e:e}");
+        for (blocks, args) in [("blocks of 16", &args), ("blocks of 1", &per_cell)] {
+            for gqa_from in [u32::MAX, 0, 300] {
+                let got = match ops.decode_attention(&kv, args, gqa_from) {
+                    Err(DeviceError::Unsupported { .. }) if gqa_from != u32::MAX => continue,
+                    r => r.expect("decode attention"),
+                };
+                let e = nmse(&got, &want);
+                eprintln!("decode attention {n_heads}/{n_kv_heads}x{hd}, {blocks}, GQA kernel from {gqa_from}: nmse {e:e}");
+                assert!(e < 1e-8, "decode attention {n_heads}/{n_kv_heads}x{hd}, {blocks}, GQA kernel from {gqa_from}: nmse {e:e}");
+            }
         }
     }
 }
