@@ -8,7 +8,7 @@ for f in .gl/*.deb; do dpkg -x "$f" / >/dev/null; done; ldconfig
 export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 mkdir -p .carry target/m
 for f in .carryz/*.gz; do gunzip -c "$f" > ".carry/$(basename "$f" .gz)"; done
-chmod +x .carry/strata-rt* .carry/backend_ops 2>/dev/null
+chmod +x .carry/* 2>/dev/null
 cp .carryz/llama.cpp.tgz .carry/ 2>/dev/null
 bin=$PWD/.carry/strata-rt
 models=$PWD/target/m
