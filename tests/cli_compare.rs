@@ -1,10 +1,12 @@
 //! `strata-rt compare-devices` with the CPU checked against itself: bit for bit with other SIMD
-//! kernels, and measurably apart with `--nudge-norms` (the floor of the device bars); its
-//! argument errors.
+//! kernels, and measurably apart with `--nudge-norms` (the floor of the device bars); Vulkan's
+//! exact mode through `--exact`; its argument errors.
 
 mod common;
 
 use std::process::{Command, Output};
+
+use common::vulkan_index;
 
 fn compare(args: &[&str]) -> Output {
     let model = common::default_model();
@@ -42,8 +44,30 @@ fn nudged_norms_move_the_cpu_logits_which_other_kernels_do_not() {
     assert!(kl > 0.0 && kl < 0.1, "KL {kl} of a one-ulp perturbation: {out}");
 }
 
+/// `--exact` checks Vulkan's exact mode one token a step (the steps it covers) and says so; with
+/// prompt-sized steps, which it does not cover, the run says that too.
+#[test]
+fn exact_compares_the_exact_mode_one_token_a_step() {
+    let Some(i) = vulkan_index() else { return };
+    let device = format!("vulkan:{i}");
+    let exact = compare(&["--device", &device, "--exact", "--prompt-tokens", "12", "--positions", "8"]);
+    let out = String::from_utf8_lossy(&exact.stdout);
+    assert!(exact.status.success(), "exact: {out} {}", String::from_utf8_lossy(&exact.stderr));
+    assert!(out.contains("(exact mode)") && out.contains("1 tokens per step"), "{out}");
+    assert_eq!(identical_positions(&out), 8, "the exact mode computes the CPU's bits: {out}");
+
+    let wide = compare(&["--device", &device, "--exact", "--ubatch", "4", "--prompt-tokens", "4", "--positions", "4", "--max-kl", "1000", "--min-top1", "0"]);
+    let err = String::from_utf8_lossy(&wide.stderr);
+    assert!(wide.status.success(), "{} {err}", String::from_utf8_lossy(&wide.stdout));
+    assert!(err.contains("--ubatch 4 runs the prompt-sized kernels"), "{err}");
+}
+
 #[test]
 fn compare_devices_refuses_what_it_cannot_measure() {
+    let cpu_exact = compare(&["--device", "cpu", "--device-simd", "scalar", "--exact"]);
+    assert!(!cpu_exact.status.success());
+    assert!(String::from_utf8_lossy(&cpu_exact.stderr).contains("--exact is the Vulkan device's exact mode"), "{}", String::from_utf8_lossy(&cpu_exact.stderr));
+
     let vk = compare(&["--device", "vulkan:0", "--nudge-norms"]);
     assert!(!vk.status.success());
     assert!(String::from_utf8_lossy(&vk.stderr).contains("--nudge-norms perturbs the CPU device"), "{}", String::from_utf8_lossy(&vk.stderr));

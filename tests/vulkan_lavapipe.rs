@@ -12,14 +12,7 @@ use strata_actors::{Engine, EngineOptions, Flow, LoadedModel};
 use strata_gpu::DeviceKind;
 use strata_model::sampling::{argmax, log_softmax, SamplingParams};
 
-fn vulkan_index() -> Option<u32> {
-    let found = strata_gpu::vulkan::list_devices().unwrap_or_default().into_iter().find(|d| d.usable).map(|d| d.index);
-    if found.is_none() {
-        assert!(std::env::var("REQUIRE_VULKAN_DEVICE").map_or(true, |v| v != "1"), "REQUIRE_VULKAN_DEVICE=1 but no usable Vulkan device");
-        eprintln!("no usable Vulkan device: skipped");
-    }
-    found
-}
+use common::vulkan_index;
 
 fn engine(model: &Arc<LoadedModel>, prefill: DeviceKind, decode: DeviceKind) -> Engine {
     engine_with_ubatch(model, prefill, decode, 64)

@@ -43,8 +43,15 @@ pub struct CompareArgs {
     seed: u64,
     /// Tokens per step on the checked device: 64 runs the prompt-sized kernels, 1 runs every
     /// product through the decode kernels (integer dot products on 8-bit activations on Vulkan).
-    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=64))]
-    ubatch: u32,
+    /// Default 64, or 1 in the exact mode.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=64))]
+    ubatch: Option<u32>,
+    /// With `--device vulkan:N`: the exact mode (`devices.vulkan_exact`, or
+    /// `STRATA_VULKAN_EXACT=1`), in which Vulkan's decode steps compute the CPU's bits. It covers
+    /// decode-sized steps, so the comparison then takes one token a step unless `--ubatch` says
+    /// otherwise.
+    #[arg(long)]
+    exact: bool,
     /// CPU threads (0: every core).
     #[arg(short = 't', long, default_value_t = 0)]
     threads: usize,
@@ -69,6 +76,14 @@ pub fn run(args: CompareArgs) -> Result<ExitCode> {
     if args.nudge_norms && device != DeviceKind::Cpu {
         anyhow::bail!("--nudge-norms perturbs the CPU device: use it with --device cpu");
     }
+    if args.exact && device == DeviceKind::Cpu {
+        anyhow::bail!("--exact is the Vulkan device's exact mode: use it with --device vulkan:N");
+    }
+    let exact = device != DeviceKind::Cpu && (args.exact || strata_gpu::vulkan::ContextOptions::default().exact);
+    let ubatch = args.ubatch.unwrap_or(if exact { 1 } else { 64 });
+    if exact && ubatch > 1 {
+        eprintln!("note: the exact mode computes the CPU's bits in decode-sized steps; --ubatch {ubatch} runs the prompt-sized kernels, which do not (--ubatch 1 checks the exact mode)");
+    }
     let simd = match args.device_simd.as_deref() {
         None => None,
         Some("scalar") => Some(strata_quant::SimdLevel::Scalar),
@@ -81,7 +96,7 @@ pub fn run(args: CompareArgs) -> Result<ExitCode> {
     let cells = (total + 16).next_multiple_of(16);
     // Both devices take the same steps: the CPU's arithmetic (llama.cpp's) sums a step of one
     // token per sequence in another order than a step of many.
-    let opts = EngineOptions { threads: args.threads, max_context: total + 1, n_cells: cells, ubatch: args.ubatch as usize, max_outputs: 64, prefill_device: device, decode_device: device, prefill_min_tokens: usize::MAX, max_seqs: 1, ..Default::default() };
+    let opts = EngineOptions { threads: args.threads, max_context: total + 1, n_cells: cells, ubatch: ubatch as usize, max_outputs: 64, prefill_device: device, decode_device: device, prefill_min_tokens: usize::MAX, max_seqs: 1, vulkan_exact: args.exact, ..Default::default() };
     let mut cpu = Engine::new_cpu(model.clone(), opts.clone()).context("the CPU device")?;
     let mut dev = Engine::new(model.clone(), EngineOptions { simd, cpu_nudge_norms: args.nudge_norms, ..opts }).with_context(|| format!("device {device}"))?;
     let vocab = model.hparams.vocab_size;
@@ -118,13 +133,14 @@ pub fn run(args: CompareArgs) -> Result<ExitCode> {
     let top1 = agree as f64 / positions as f64;
     let pass = kl <= args.max_kl && top1 >= args.min_top1;
     println!(
-        "{device}{}{} vs cpu on {}, {source}: {} positions after a {}-token prompt, {} tokens per step: mean KL {kl:.6} nats (bar {}), top-1 {agree}/{} (bar {:.0}), logits bit-identical at {identical}: {}",
+        "{device}{}{}{} vs cpu on {}, {source}: {} positions after a {}-token prompt, {} tokens per step: mean KL {kl:.6} nats (bar {}), top-1 {agree}/{} (bar {:.0}), logits bit-identical at {identical}: {}",
         args.device_simd.as_deref().map(|s| format!(" ({s} kernels)")).unwrap_or_default(),
         if args.nudge_norms { " (norms nudged one ulp)" } else { "" },
+        if exact { " (exact mode)" } else { "" },
         model.name,
         positions,
         prompt_tokens,
-        args.ubatch,
+        ubatch,
         args.max_kl,
         positions,
         args.min_top1 * positions as f64,

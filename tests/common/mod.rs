@@ -39,3 +39,14 @@ pub fn golden() -> serde_json::Value {
 pub fn ids(v: &serde_json::Value) -> Vec<u32> {
     v.as_array().expect("an array").iter().map(|x| x.as_u64().expect("an integer") as u32).collect()
 }
+
+/// The first usable Vulkan device (lavapipe in CI), or None where there is none and none is
+/// required (`REQUIRE_VULKAN_DEVICE=1` makes its absence a failure).
+pub fn vulkan_index() -> Option<u32> {
+    let found = strata_gpu::vulkan::list_devices().unwrap_or_default().into_iter().find(|d| d.usable).map(|d| d.index);
+    if found.is_none() {
+        assert!(std::env::var("REQUIRE_VULKAN_DEVICE").map_or(true, |v| v != "1"), "REQUIRE_VULKAN_DEVICE=1 but no usable Vulkan device");
+        eprintln!("no usable Vulkan device: skipped");
+    }
+    found
+}
