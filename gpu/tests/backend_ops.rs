@@ -541,8 +541,8 @@ fn attention_over_block_tables_and_zero_copy_import() {
 /// contexts attention_decode_gqa.comp, a workgroup per KV head serving its group), each alone and
 /// one step split between them by context length, against the reference. Shapes: GQA 7:1 x 64,
 /// 3:1 x 128, 8:1 x 32 (the largest group), 2:1 x 256 (V slices longer than the GQA kernel's
-/// loads ahead). Each with blocks of 16 cells and with the same cells in blocks of one (the GQA
-/// kernel's splits then span more blocks than it keeps in shared memory).
+/// loads ahead). Each with blocks of 16 cells and with the same cells in blocks of one (every
+/// position then its own table entry: a split, and a tile, spans many blocks).
 #[test]
 fn vulkan_decode_attention_kernels_match_the_reference() {
     let Some(mut ops) = first_vulkan_ops() else { return };

@@ -9,7 +9,6 @@ export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 mkdir -p .carry target/m
 for f in .carryz/*.gz; do gunzip -c "$f" > ".carry/$(basename "$f" .gz)"; done
 chmod +x .carry/* 2>/dev/null
-cp .carryz/llama.cpp.tgz .carry/ 2>/dev/null
 bin=$PWD/.carry/strata-rt
 models=$PWD/target/m
 export MODELS_DIR=$models

@@ -2,7 +2,8 @@
 # Session 37, call 4: the long-context attention kernel with the split's block-table words in
 # shared memory and each tile's V loads issued before its scores (new) against HEAD (base),
 # 7B Q4_1 and Q4_K at context 8192 (and 4096, where the kernel starts), interleaved; split
-# counts of the new kernel; its register count and per-op profile.
+# counts of the new kernel (SPLIT_VARIANTS, default 16 and 64); its register count and per-op
+# profile. Call 5 (s37e.sh) ran it again with another build.
 set -uo pipefail
 cd "$(dirname "$0")/../../../.."
 source bench/results/h200-vulkan-decode-2026-12-01/session37/common.sh
@@ -17,7 +18,7 @@ for r in 1 2; do
     done
   done
 done | tee "$OUT/ab.txt"
-for v in STRATA_ATTENTION_GQA_SPLITS=16 STRATA_ATTENTION_GQA_SPLITS=64; do
+for v in ${SPLIT_VARIANTS-STRATA_ATTENTION_GQA_SPLITS=16 STRATA_ATTENTION_GQA_SPLITS=64}; do
   echo "== new $v: $(env $v "$bin" bench -m "$(model_of Q4_1)" --device vulkan:0 -p 64 -n 128 -d 8192 -r 1 2>&1 | grep -E 'tg128')"
 done | tee "$OUT/splits.txt"
 for b in base new; do
