@@ -525,6 +525,23 @@ fn vulkan_products_chained_to_small_stages_compute_the_staged_bits() {
     assert_switch_keeps_the_staged_bits("chaining after small stages", "STRATA_VULKAN_CHAIN", "small", &[], strata_gpu::vulkan::chained_stages_recorded, 6);
 }
 
+/// Decode steps that read each layer's K/V cells into the L2 cache beside its Q/K/V products
+/// (`STRATA_VULKAN_PREFETCH_KV`, prefetch_kv.comp, which finds the cells through the block
+/// tables as attention does) compute the same bits: the prefetch only reads, and a read past
+/// the arena would fault the CPU device's process.
+#[test]
+fn vulkan_kv_cells_prefetched_beside_the_products_keep_the_bits() {
+    assert_switch_keeps_the_staged_bits("prefetching the K/V cells", "STRATA_VULKAN_PREFETCH_KV", "4096", &[], strata_gpu::vulkan::cache_prefetches_recorded, 1);
+}
+
+/// Decode steps that read the next RMSNorm's weights into the L2 cache in the tail of the
+/// product before it (`STRATA_VULKAN_PREFETCH_NORM=1`: after the output projection and after
+/// down) compute the same bits.
+#[test]
+fn vulkan_norm_weights_prefetched_in_the_products_tails_keep_the_bits() {
+    assert_switch_keeps_the_staged_bits("prefetching the norm weights", "STRATA_VULKAN_PREFETCH_NORM", "1", &[], strata_gpu::vulkan::cache_prefetches_recorded, 2);
+}
+
 /// Decode attention through the long-context kernel (a workgroup per KV head,
 /// attention_decode_gqa.comp), switched on from 40 positions for this test: the logits of the
 /// tokens before that are the per-head kernel's bit for bit, and the others are as close to the

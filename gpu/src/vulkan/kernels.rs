@@ -124,6 +124,9 @@ pub enum Kernel {
     RoundingCheck,
     /// Reads weight ranges into the L2 cache beside a latency-bound stage (prefetch_l2.comp).
     PrefetchL2,
+    /// Reads the K/V cells of a decode step's attention into the L2 cache beside the Q/K/V
+    /// products (prefetch_kv.comp).
+    PrefetchKv,
     /// A decode step's memory pattern, for measuring stage boundaries (stage_chain.comp, probe.rs).
     StageChain,
     /// stage_chain.comp built again as is (0) or with 16 KiB more shared memory (1).
@@ -545,6 +548,7 @@ impl Kernel {
             Kernel::ReadBandwidth => spv!("read_bandwidth"),
             Kernel::RoundingCheck => rounding!("rounding_check", v),
             Kernel::PrefetchL2 => spv!("prefetch_l2"),
+            Kernel::PrefetchKv => spv!("prefetch_kv"),
             Kernel::StageChain => spv!("stage_chain"),
             Kernel::StageChainOther(0) => spv!("stage_chain_copy"),
             Kernel::StageChainOther(_) => spv!("stage_chain_big_shared"),

@@ -1268,6 +1268,24 @@ impl VulkanPlan {
                             // Q, K and V with RoPE and the K/V store in the products' epilogues: one
                             // stage instead of two (the rotation pairs of a head in one workgroup).
                             let (kc, vc, stride) = kv_addresses(ctx, kv, layer)?;
+                            let max_positions = prefetch_kv_positions();
+                            if max_positions > 0 && n <= INT_MAX_TOKENS && stride.is_multiple_of(16) {
+                                // The attention's cells read into the L2 cache beside the
+                                // products, which stream far more than they (no barrier between).
+                                let push = Push::new()
+                                    .addr(sink)
+                                    .addr(kc)
+                                    .addr(vc)
+                                    .addr(p_pos)
+                                    .addr(p_toff)
+                                    .addr(p_tables)
+                                    .u32((stride / 16) as u32)
+                                    .u32(block_size as u32)
+                                    .u32(n as u32)
+                                    .u32(max_positions);
+                                rec.dispatch(Kernel::PrefetchKv, &push, [PREFETCH_KV_GROUPS, 1, 1])?;
+                                CACHE_PREFETCHES_RECORDED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            }
                             let scaled = norm_scaled.take();
                             for (mode, p) in outputs.iter().enumerate() {
                                 let w = weights[p.weight.0 as usize].ok_or_else(|| unsupported(ctx, "weight not uploaded".into()))?;
@@ -1537,6 +1555,14 @@ impl VulkanPlan {
                         rec.dispatch(Kernel::SelectRows, &push, [n_out as u32, 1, 1])?;
                     }
                 }
+                if let Some(norm_weight) = next_norm_weight(ops, op_index, weights).filter(|_| n <= INT_MAX_TOKENS && prefetch_norm_weights()) {
+                    // The RMSNorm after this product reads its weights behind a DRAM round trip
+                    // (a few KB the step last read a layer ago): read them into the L2 cache in
+                    // the product's tail, recorded after it so that its workgroups come first.
+                    let push = Push::new().addr(sink).addr(norm_weight.0).addr(0).addr(0).addr(0).u32((norm_weight.1 / 16) as u32).u32(0).u32(0).u32(0);
+                    rec.dispatch(Kernel::PrefetchL2, &push, [1, 1, 1])?;
+                    CACHE_PREFETCHES_RECORDED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
                 chain.end_stage(&mut rec);
                 if let Some((pool, _)) = op_stamps {
                     rec.timestamp(pool, op_index as u32 + 1);
@@ -1606,6 +1632,43 @@ impl VulkanPlan {
 fn prefetch_bytes() -> u64 {
     static MB: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
     *MB.get_or_init(|| std::env::var("STRATA_VULKAN_PREFETCH_MB").ok().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0).min(256)) << 20
+}
+
+/// Workgroups of prefetch_kv.comp (each lane has four loads in flight: 1 MB a round).
+const PREFETCH_KV_GROUPS: u32 = 64;
+
+/// Positions of a decode token's context whose K/V cells are read into the L2 cache beside its
+/// layer's Q/K/V products (prefetch_kv.comp): `STRATA_VULKAN_PREFETCH_KV`, 0 (off) by default.
+/// A token with a longer context is not prefetched.
+fn prefetch_kv_positions() -> u32 {
+    std::env::var("STRATA_VULKAN_PREFETCH_KV").ok().and_then(|v| v.parse::<u32>().ok()).unwrap_or(0).min(1 << 16)
+}
+
+/// Whether the weights of the RMSNorm after a product are read into the L2 cache in that
+/// product's tail: `STRATA_VULKAN_PREFETCH_NORM=1`, off by default.
+fn prefetch_norm_weights() -> bool {
+    std::env::var("STRATA_VULKAN_PREFETCH_NORM").as_deref() == Ok("1")
+}
+
+/// Prefetches of K/V cells and of norm weights recorded in this process (for tests that must
+/// know the switches were taken).
+static CACHE_PREFETCHES_RECORDED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many K/V-cell and norm-weight prefetches this process has recorded.
+pub fn cache_prefetches_recorded() -> u64 {
+    CACHE_PREFETCHES_RECORDED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// The weights (address, bytes) of the RMSNorm that comes right after the product at `at`
+/// (residual adds and the selection of output rows between them aside), if one does.
+fn next_norm_weight(ops: &[Op], at: usize, weights: &[Option<GpuWeight>]) -> Option<(u64, u64)> {
+    if !matches!(ops.get(at), Some(Op::MatMul { .. })) {
+        return None;
+    }
+    match ops[at + 1..].iter().find(|op| !matches!(op, Op::Add { .. } | Op::SelectRows { .. })) {
+        Some(Op::RmsNorm { weight, .. }) => weights[weight.0 as usize].map(|w| (w.address, w.layout.main_bytes)),
+        _ => None,
+    }
 }
 
 /// Records a prefetch of the products after `ops[from..]`'s next stage: the start of each
