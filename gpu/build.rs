@@ -22,7 +22,7 @@ const EXACT_TYPES: &[&str] = &["Q4_0", "Q4_1", "Q8_0", "Q4_K"];
 const EXACT_BUILDS: &[(u32, u32)] = &[(1, 1), (1, 2), (1, 4), (1, 8), (4, 1), (4, 2)];
 /// matmul_q.comp's tile shapes: (file suffix, defines).
 const GEMM_TILES: &[(&str, &[&str])] = &[("", &["KI=4", "PREFETCH"]), ("_k2", &["KI=2"]), ("_k4", &["KI=4"]), ("_n8", &["KI=2", "TN=8"])];
-const PLAIN: &[&str] = &["rms_norm", "store_kv", "attention", "attention_decode", "attention_decode_gqa", "attention_combine", "swiglu", "add", "select_rows", "read_bandwidth", "prefetch_l2", "prefetch_kv", "stage_chain", "argmax", "top_k"];
+const PLAIN: &[&str] = &["rms_norm", "store_kv", "attention", "attention_decode", "attention_decode_gqa", "attention_combine", "swiglu", "add", "select_rows", "read_bandwidth", "prefetch_l2", "stage_chain", "argmax", "top_k"];
 
 fn main() {
     println!("cargo:rerun-if-changed={SHADER_DIR}");
@@ -155,6 +155,9 @@ fn main() {
         let short = ["DOWN_ROWS=2", "DOWN_GROUPS=2", "DOWN_UNROLL2=0"];
         compile_with(&glslc, "ffn_persistent", &format!("ffn_persistent_{ty}_long"), &[&common[..], &long[..]].concat(), &out);
         compile_with(&glslc, "ffn_persistent", &format!("ffn_persistent_{ty}_short"), &[&common[..], &short[..]].concat(), &out);
+        // Its last two stages alone (the quantization and down), after the staged gate/up.
+        compile_with(&glslc, "ffn_persistent", &format!("ffn_persistent_{ty}_long_qd"), &[&common[..], &long[..], &["QUANT_DOWN"]].concat(), &out);
+        compile_with(&glslc, "ffn_persistent", &format!("ffn_persistent_{ty}_short_qd"), &[&common[..], &short[..], &["QUANT_DOWN"]].concat(), &out);
     }
     // The integer tiled product of prefill chunks (matmul_q.comp), in each tile shape
     // (kernels.rs, GemmTile): (file suffix, defines).

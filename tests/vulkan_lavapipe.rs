@@ -503,6 +503,14 @@ fn vulkan_persistent_feed_forward_computes_the_staged_bits() {
     assert_switch_keeps_the_staged_bits("the persistent feed-forward half", "STRATA_VULKAN_PERSISTENT_FFN", "1", &[], strata_gpu::vulkan::persistent_ffn_recorded, 1);
 }
 
+/// One-token steps whose SwiGLU-row quantization and down projection run as one dispatch with a
+/// grid barrier between them (`STRATA_VULKAN_QUANT_DOWN=1`, ffn_persistent.comp's QUANT_DOWN
+/// build after the staged gate/up) compute the staged kernels' bits.
+#[test]
+fn vulkan_quantization_and_down_in_one_dispatch_compute_the_staged_bits() {
+    assert_switch_keeps_the_staged_bits("the quantization and down in one dispatch", "STRATA_VULKAN_QUANT_DOWN", "1", &[], strata_gpu::vulkan::quant_down_recorded, 1);
+}
+
 /// One-token steps whose norms, products and quantizer run chained (`STRATA_VULKAN_CHAIN=1`,
 /// gpu/src/vulkan/shaders/chain.glsl: no pipeline barrier between those stages, each workgroup
 /// waiting for the stage before's count of finished workgroups; records in slots of their own)
@@ -523,23 +531,6 @@ fn vulkan_chained_stages_compute_the_staged_bits() {
 #[test]
 fn vulkan_products_chained_to_small_stages_compute_the_staged_bits() {
     assert_switch_keeps_the_staged_bits("chaining after small stages", "STRATA_VULKAN_CHAIN", "small", &[], strata_gpu::vulkan::chained_stages_recorded, 6);
-}
-
-/// Decode steps that read each layer's K/V cells into the L2 cache beside its Q/K/V products
-/// (`STRATA_VULKAN_PREFETCH_KV`, prefetch_kv.comp, which finds the cells through the block
-/// tables as attention does) compute the same bits: the prefetch only reads, and a read past
-/// the arena would fault the CPU device's process.
-#[test]
-fn vulkan_kv_cells_prefetched_beside_the_products_keep_the_bits() {
-    assert_switch_keeps_the_staged_bits("prefetching the K/V cells", "STRATA_VULKAN_PREFETCH_KV", "4096", &[], strata_gpu::vulkan::cache_prefetches_recorded, 1);
-}
-
-/// Decode steps that read the next RMSNorm's weights into the L2 cache in the tail of the
-/// product before it (`STRATA_VULKAN_PREFETCH_NORM=1`: after the output projection and after
-/// down) compute the same bits.
-#[test]
-fn vulkan_norm_weights_prefetched_in_the_products_tails_keep_the_bits() {
-    assert_switch_keeps_the_staged_bits("prefetching the norm weights", "STRATA_VULKAN_PREFETCH_NORM", "1", &[], strata_gpu::vulkan::cache_prefetches_recorded, 2);
 }
 
 /// Decode attention through the long-context kernel (a workgroup per KV head,
