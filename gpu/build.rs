@@ -155,9 +155,6 @@ fn main() {
         let short = ["DOWN_ROWS=2", "DOWN_GROUPS=2", "DOWN_UNROLL2=0"];
         compile_with(&glslc, "ffn_persistent", &format!("ffn_persistent_{ty}_long"), &[&common[..], &long[..]].concat(), &out);
         compile_with(&glslc, "ffn_persistent", &format!("ffn_persistent_{ty}_short"), &[&common[..], &short[..]].concat(), &out);
-        // Its last two stages alone (the quantization and down), after the staged gate/up.
-        compile_with(&glslc, "ffn_persistent", &format!("ffn_persistent_{ty}_long_qd"), &[&common[..], &long[..], &["QUANT_DOWN"]].concat(), &out);
-        compile_with(&glslc, "ffn_persistent", &format!("ffn_persistent_{ty}_short_qd"), &[&common[..], &short[..], &["QUANT_DOWN"]].concat(), &out);
     }
     // The integer tiled product of prefill chunks (matmul_q.comp), in each tile shape
     // (kernels.rs, GemmTile): (file suffix, defines).

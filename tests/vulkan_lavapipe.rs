@@ -503,14 +503,6 @@ fn vulkan_persistent_feed_forward_computes_the_staged_bits() {
     assert_switch_keeps_the_staged_bits("the persistent feed-forward half", "STRATA_VULKAN_PERSISTENT_FFN", "1", &[], strata_gpu::vulkan::persistent_ffn_recorded, 1);
 }
 
-/// One-token steps whose SwiGLU-row quantization and down projection run as one dispatch with a
-/// grid barrier between them (`STRATA_VULKAN_QUANT_DOWN=1`, ffn_persistent.comp's QUANT_DOWN
-/// build after the staged gate/up) compute the staged kernels' bits.
-#[test]
-fn vulkan_quantization_and_down_in_one_dispatch_compute_the_staged_bits() {
-    assert_switch_keeps_the_staged_bits("the quantization and down in one dispatch", "STRATA_VULKAN_QUANT_DOWN", "1", &[], strata_gpu::vulkan::quant_down_recorded, 1);
-}
-
 /// One-token steps whose norms, products and quantizer run chained (`STRATA_VULKAN_CHAIN=1`,
 /// gpu/src/vulkan/shaders/chain.glsl: no pipeline barrier between those stages, each workgroup
 /// waiting for the stage before's count of finished workgroups; records in slots of their own)

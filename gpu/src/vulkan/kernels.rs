@@ -144,10 +144,6 @@ pub enum Kernel {
     /// workgroups with grid barriers between the stages (ffn_persistent.comp): the staged
     /// kernels' bits, in their layouts.
     FfnPersistent(WeightFormat, FfnLayout),
-    /// The last two stages of that dispatch alone (the SwiGLU row's quantization, down added
-    /// into the residual), after the staged gate/up: a grid barrier between them instead of a
-    /// dispatch boundary (ffn_persistent.comp, QUANT_DOWN); the staged kernels' bits.
-    FfnQuantDown(WeightFormat, FfnLayout),
     /// A one-token step's staged kernel in its chained build (shaders/chain.glsl): recorded
     /// without a pipeline barrier after the stage before, it waits for that stage's count of
     /// finished workgroups and counts itself in its own; its push constants end with the
@@ -554,8 +550,6 @@ impl Kernel {
             Kernel::StageChainOther(_) => spv!("stage_chain_big_shared"),
             Kernel::FfnPersistent(f, FfnLayout::LongRows) => per_int_format!(f, "ffn_persistent", "_long"),
             Kernel::FfnPersistent(f, FfnLayout::ShortRows) => per_int_format!(f, "ffn_persistent", "_short"),
-            Kernel::FfnQuantDown(f, FfnLayout::LongRows) => per_int_format!(f, "ffn_persistent", "_long_qd"),
-            Kernel::FfnQuantDown(f, FfnLayout::ShortRows) => per_int_format!(f, "ffn_persistent", "_short_qd"),
             Kernel::QuantizeAct(ActRounding::Q8_0) => rounding!("quantize_act_q8_0", v),
             Kernel::QuantizeAct(ActRounding::Q8_K) => rounding!("quantize_act_q8_k", v),
             Kernel::QuantizeActInt(ActRounding::Q8_0) => rounding!("quantize_act_int_q8_0", v),

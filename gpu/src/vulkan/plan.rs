@@ -1124,8 +1124,29 @@ impl VulkanPlan {
                         if let Some(f) = persistent_ffn(ctx, graph, weights, ops, op_index, n) {
                             // The layer's feed-forward half in one dispatch (the norm, gate/up with
                             // SwiGLU, the quantization, down with the residual add).
-                            let g = f.gate;
-                            let push = f.push(addr_of(*input), [w, rounded[f.rounding as usize].address], addr_of(f.act), rounded_alt.address, grid_sync, hp.rms_eps);
+                            let (g, u, d) = (f.gate, f.up, f.down);
+                            let (_, x_meta) = int_act_record(width as usize);
+                            let (_, act_meta) = int_act_record(g.rows);
+                            let push = Push::new()
+                                .addr(addr_of(*input))
+                                .addr(w)
+                                .addr(rounded[f.rounding as usize].address)
+                                .addr(g.address)
+                                .addr(g.aux())
+                                .addr(u.address)
+                                .addr(u.aux())
+                                .addr(addr_of(f.act))
+                                .addr(rounded_alt.address)
+                                .addr(d.address)
+                                .addr(d.aux())
+                                .addr(f.down_bias)
+                                .addr(grid_sync)
+                                .u32(width)
+                                .u32(g.rows as u32)
+                                .u32(x_meta as u32)
+                                .u32(act_meta as u32)
+                                .u32(GRID_SPIN_LIMIT)
+                                .f32(hp.rms_eps);
                             rec.dispatch(Kernel::FfnPersistent(g.layout.format, f.layout), &push, [grid_groups(ctx) as u32, 1, 1])?;
                             PERSISTENT_FFN_RECORDED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                             persistent_ffn_ops.push(op_index);
@@ -1231,29 +1252,6 @@ impl VulkanPlan {
                                     (None, None) => chain.dispatch(&mut rec, Kernel::MatVecIntSwiGluF32(g.layout.format, layout, pairs), push, [groups as u32, 1, 1])?,
                                 }
                                 chain.end_stage(&mut rec);
-                                if let Some(f) = quant_down_ffn(ctx, graph, weights, ops, op_index, n).filter(|_| norm.is_none() && scaled.is_none() && !chain.enabled) {
-                                    // The quantization and down (with the residual add) in one
-                                    // dispatch, a grid barrier between them.
-                                    let Some(Op::RmsNorm { input: residual, .. }) = ops.get(op_index - 1) else { unreachable!("ffn_half checked the norm") };
-                                    let d = f.down;
-                                    let down_rows_per_unit = match f.layout {
-                                        FfnLayout::LongRows => if g.layout.format == WeightFormat::Q4_K { 4 } else { 2 },
-                                        FfnLayout::ShortRows => 4,
-                                    };
-                                    // (No norm: its weights and records are not read.)
-                                    let push = f.push(addr_of(*residual), [0, 0], addr_of(f.act), rounded_alt.address, grid_sync, hp.rms_eps);
-                                    let groups = quant_down_groups(ctx, d.rows.div_ceil(down_rows_per_unit));
-                                    rec.dispatch(Kernel::FfnQuantDown(g.layout.format, f.layout), &push, [groups as u32, 1, 1])?;
-                                    QUANT_DOWN_RECORDED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                                    // SwiGLU, down and the add.
-                                    skip_ops = 3;
-                                    grid_barriers = true;
-                                    chain.end_stage(&mut rec);
-                                    if let Some((pool, _)) = op_stamps {
-                                        rec.timestamp(pool, op_index as u32 + 1);
-                                    }
-                                    continue;
-                                }
                                 let (record_bytes, meta) = int_act_record(g.rows);
                                 let records = chain.record_slot(&mut record_slots).unwrap_or(rounded[r as usize].address);
                                 let quantize = Push::new().addr(addr_of(act)).addr(records).u32(g.rows as u32).u32(g.rows as u32).u32(1).u32(record_bytes as u32).u32(meta as u32);
@@ -1816,14 +1814,6 @@ pub fn norm_epilogues_recorded() -> u64 {
     NORM_EPILOGUES_RECORDED.load(std::sync::atomic::Ordering::Relaxed)
 }
 
-/// Quantizations with down recorded as one dispatch ([`Kernel::FfnQuantDown`]) in this process.
-static QUANT_DOWN_RECORDED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// How many quantization-and-down dispatches ([`Kernel::FfnQuantDown`]) this process has recorded.
-pub fn quant_down_recorded() -> u64 {
-    QUANT_DOWN_RECORDED.load(std::sync::atomic::Ordering::Relaxed)
-}
-
 /// Feed-forward halves recorded as one dispatch ([`Kernel::FfnPersistent`]) in this process.
 static PERSISTENT_FFN_RECORDED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
@@ -2067,67 +2057,7 @@ struct PersistentFfn {
 /// both paths); off by default (it needs every workgroup resident, which only a count chosen for
 /// the device guarantees).
 fn persistent_ffn(ctx: &VulkanContext, graph: &ForwardGraph, weights: &[Option<GpuWeight>], ops: &[Op], at: usize, n: usize) -> Option<PersistentFfn> {
-    if std::env::var("STRATA_VULKAN_PERSISTENT_FFN").as_deref() != Ok("1") {
-        return None;
-    }
-    ffn_half(ctx, graph, weights, ops, at, n)
-}
-
-/// The layer's feed-forward half whose gate/up product is `ops[at]`, when its last two stages
-/// (the SwiGLU row's quantization and down) can run as one dispatch with a grid barrier between
-/// them ([`Kernel::FfnQuantDown`]): `STRATA_VULKAN_QUANT_DOWN=1`, off by default.
-fn quant_down_ffn(ctx: &VulkanContext, graph: &ForwardGraph, weights: &[Option<GpuWeight>], ops: &[Op], at: usize, n: usize) -> Option<PersistentFfn> {
-    if std::env::var("STRATA_VULKAN_QUANT_DOWN").as_deref() != Ok("1") || at == 0 {
-        return None;
-    }
-    ffn_half(ctx, graph, weights, ops, at - 1, n)
-}
-
-/// Workgroups of a [`Kernel::FfnQuantDown`] dispatch: one a unit of down (the staged kernel's
-/// workgroups) up to `STRATA_VULKAN_QUANT_DOWN_GROUPS`, else 896 (seven of 128 invocations an
-/// SM of an H200: all resident at up to 73 registers); one on a CPU device.
-fn quant_down_groups(ctx: &VulkanContext, down_units: usize) -> usize {
-    if ctx.info.is_cpu() {
-        return 1;
-    }
-    let cap = std::env::var("STRATA_VULKAN_QUANT_DOWN_GROUPS").ok().and_then(|v| v.parse::<usize>().ok()).filter(|g| (1..=65535).contains(g)).unwrap_or(896);
-    down_units.clamp(1, cap)
-}
-
-impl PersistentFfn {
-    /// ffn_persistent.comp's push constants: the residual row, the norm's weights and records
-    /// (`norm`), the SwiGLU row (`act`, f32) and its records, the grid barriers' words.
-    fn push(&self, residual: u64, norm: [u64; 2], act: u64, act_records: u64, grid_sync: u64, eps: f32) -> Push {
-        let (g, u, d) = (self.gate, self.up, self.down);
-        let (_, x_meta) = int_act_record(d.rows);
-        let (_, act_meta) = int_act_record(g.rows);
-        Push::new()
-            .addr(residual)
-            .addr(norm[0])
-            .addr(norm[1])
-            .addr(g.address)
-            .addr(g.aux())
-            .addr(u.address)
-            .addr(u.aux())
-            .addr(act)
-            .addr(act_records)
-            .addr(d.address)
-            .addr(d.aux())
-            .addr(self.down_bias)
-            .addr(grid_sync)
-            .u32(d.rows as u32)
-            .u32(g.rows as u32)
-            .u32(x_meta as u32)
-            .u32(act_meta as u32)
-            .u32(GRID_SPIN_LIMIT)
-            .f32(eps)
-    }
-}
-
-/// [`persistent_ffn`]'s checks: the norm at `at`, gate/up with SwiGLU, down and its residual add
-/// after it, in the layouts ffn_persistent.comp is built for.
-fn ffn_half(ctx: &VulkanContext, graph: &ForwardGraph, weights: &[Option<GpuWeight>], ops: &[Op], at: usize, n: usize) -> Option<PersistentFfn> {
-    if n != 1 || ctx.exact || !ctx.info.subgroup_quads || std::env::var("STRATA_VULKAN_FUSE_SWIGLU_PRODUCT").as_deref() == Ok("1") {
+    if std::env::var("STRATA_VULKAN_PERSISTENT_FFN").as_deref() != Ok("1") || n != 1 || ctx.exact || !ctx.info.subgroup_quads || std::env::var("STRATA_VULKAN_FUSE_SWIGLU_PRODUCT").as_deref() == Ok("1") {
         return None;
     }
     let Some(Op::RmsNorm { input, out, .. }) = ops.get(at) else { return None };

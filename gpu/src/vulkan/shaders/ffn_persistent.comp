@@ -282,12 +282,6 @@ void main() {
     if (gl_LocalInvocationID.x == 0) {
         gave_up = 0;
     }
-#if defined(QUANT_DOWN)
-    // Only the last two stages (the SwiGLU row's quantization and down), after the staged
-    // gate/up's dispatch and its pipeline barrier: one grid barrier instead of a dispatch
-    // boundary, with down's first items loaded before the quantization and across the wait.
-    uint early = prefetch_down(me, 0);
-#else
     uint norm_passes = (ffn.cols + WG * 8 - 1) / (WG * 8);
     for (uint p = me; p < norm_passes; p += n) {
         norm_pass(p, norm_scale());
@@ -308,20 +302,14 @@ void main() {
     early = prefetch_down(me, 0);
     grid_wait(2);
     keep(early);
-#endif
     uint act_passes = (ffn.ff + WG * 8 - 1) / (WG * 8);
     for (uint p = me; p < act_passes; p += n) {
         act_pass(p);
         barrier();
     }
     grid_arrive();
-#if defined(QUANT_DOWN)
-    early ^= prefetch_down(me, WG / DOWN_GROUPS);
-    grid_wait(1);
-#else
     early = prefetch_down(me, WG / DOWN_GROUPS);
     grid_wait(3);
-#endif
     keep(early);
     uint down_groups = (ffn.cols + DOWN_GROUPS * DOWN_ROWS - 1) / (DOWN_GROUPS * DOWN_ROWS);
     for (uint g = me; g < down_groups; g += n) {
