@@ -4,16 +4,9 @@
 # RMSNorm's weights in the tail of the product before it), 7B tg128 at context 512, interleaved
 # with the default (X=1 is no setting), Q4_1 then Q4_K; then per-op profiles of Q4_1.
 cd "$(dirname "$0")/../../../.."
-source bench/results/h200-vulkan-decode-2026-12-01/session37/common.sh >/dev/null 2>&1
+source bench/results/h200-vulkan-decode-2026-12-01/session38/common.sh >/dev/null 2>&1
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,power.draw --format=csv | tee $OUT/gpu.txt
 both=STRATA_VULKAN_PREFETCH_KV=2048,STRATA_VULKAN_PREFETCH_NORM=1
-run() { # type variant...
-  local m; m=$(model_of "$1"); shift
-  for v in "$@"; do
-    [ "$(left)" -lt 25 ] && { echo "out of time before $v"; return; }
-    echo "$v: $(env ${v//,/ } $bin bench -m $m --device vulkan:0 -p 64 -n 128 -d 512 -r 2 2>&1 | grep -E 'bandwidth \(|tg128' | tr '\n' ' ')"
-  done
-}
 synth Q4_1
 run Q4_1 X=1 STRATA_VULKAN_PREFETCH_KV=2048 STRATA_VULKAN_PREFETCH_NORM=1 $both X=1 $both STRATA_VULKAN_PREFETCH_MB=8,$both STRATA_MATVEC_LONE_128=1,$both STRATA_MATVEC_LONE_128=1 | tee $OUT/q4_1.txt
 m=$(model_of Q4_1)

@@ -4,17 +4,10 @@
 # greedy steps one at a time, so the A/B is with STRATA_VULKAN_GREEDY_PIPELINE=off on both sides
 # (P=off below), the pipelined default beside them; then per-op profiles with the registers.
 cd "$(dirname "$0")/../../../.."
-source bench/results/h200-vulkan-decode-2026-12-01/session37/common.sh >/dev/null 2>&1
+source bench/results/h200-vulkan-decode-2026-12-01/session38/common.sh >/dev/null 2>&1
 nvidia-smi --query-gpu=name --format=csv,noheader | tee $OUT/gpu.txt
 P=STRATA_VULKAN_GREEDY_PIPELINE=off
 qd=STRATA_VULKAN_QUANT_DOWN=1
-run() { # type variant...
-  local m; m=$(model_of "$1"); shift
-  for v in "$@"; do
-    [ "$(left)" -lt 25 ] && { echo "out of time before $v"; return; }
-    echo "$v: $(env ${v//,/ } $bin bench -m $m --device vulkan:0 -p 64 -n 128 -d 512 -r 2 2>&1 | grep -E 'bandwidth \(|tg128|rror' | tr '\n' ' ')"
-  done
-}
 synth Q4_K
 run Q4_K $P $P,$qd $P $P,$qd X=1 $P,$qd,STRATA_VULKAN_QUANT_DOWN_GROUPS=1320 $P,$qd,STRATA_VULKAN_QUANT_DOWN_GROUPS=528 | tee $OUT/q4_k.txt
 m=$(model_of Q4_K)
