@@ -78,6 +78,17 @@ fn kl_and_top1(want: &[f32], got: &[f32], vocab: usize, positions: std::ops::Ran
     (kl_sum / count as f64, agree)
 }
 
+/// Asserts that `got` (the logits of `what`) is as close to the CPU device's `cpu` over
+/// `positions` as `reference` (those of `reference_what`): mean KL within 1.5 times and 1e-4,
+/// top-1 agreements within two.
+fn assert_as_close_to_the_cpu(name: &str, cpu: &[f32], vocab: usize, positions: std::ops::Range<usize>, (reference_what, reference): (&str, &[f32]), (what, got): (&str, &[f32])) {
+    let against_cpu = |logits: &[f32]| kl_and_top1(cpu, logits, vocab, positions.clone());
+    let (kl_ref, top1_ref) = against_cpu(reference);
+    let (kl, top1) = against_cpu(got);
+    eprintln!("{name}, {} positions against the CPU: {reference_what} KL {kl_ref:.2e} top-1 {top1_ref}, {what} KL {kl:.2e} top-1 {top1}", positions.len());
+    assert!(kl <= 1.5 * kl_ref + 1e-4 && top1 + 2 >= top1_ref, "{name}: {what} is further from the CPU (KL {kl:e}, top-1 {top1}) than {reference_what} (KL {kl_ref:e}, top-1 {top1_ref})");
+}
+
 fn compare(cpu: &mut Engine, other: &mut Engine, label: &str, min_top1: usize) {
     let vocab = cpu.model().hparams.vocab_size;
     let seqs = sequences(cpu);
@@ -394,11 +405,8 @@ fn assert_switch_stays_as_close_to_the_cpu(what: &str, knob: &str, models: Vec<(
         let cpu = engine_with_ubatch(&model, DeviceKind::Cpu, DeviceKind::Cpu, 1).teacher_forced_logits(&tokens).expect("cpu");
         let differ = switched.iter().zip(&stage).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
         assert!(!must_differ(name) || differ > 0, "{name}: {what} was not used (every logit is the staged path's)");
-        let against_cpu = |got: &[f32]| kl_and_top1(&cpu, got, vocab, 0..tokens.len());
-        let (kl_stage, top1_stage) = against_cpu(&stage);
-        let (kl_switched, top1_switched) = against_cpu(&switched);
-        eprintln!("{name}: {differ} logits differ; against the CPU: staged KL {kl_stage:.2e} top-1 {top1_stage}, {what} KL {kl_switched:.2e} top-1 {top1_switched}");
-        assert!(kl_switched <= 1.5 * kl_stage + 1e-4 && top1_switched + 2 >= top1_stage, "{name}: {what} is further from the CPU (KL {kl_switched:e}, top-1 {top1_switched}) than the staged path (KL {kl_stage:e}, top-1 {top1_stage})");
+        eprintln!("{name}: {differ} logits differ");
+        assert_as_close_to_the_cpu(name, &cpu, vocab, 0..tokens.len(), ("the staged path", &stage), (what, &switched));
     }
 }
 
@@ -550,14 +558,100 @@ fn vulkan_long_context_attention_agrees_with_the_per_head_kernel() {
         let before = (FROM - 1) * vocab;
         assert!(gqa[..before].iter().zip(&per_head[..before]).all(|(a, b)| a.to_bits() == b.to_bits()), "{name}: tokens below the threshold changed");
         // Each against the CPU device over the positions from the threshold on.
-        let positions = tokens.len() - (FROM - 1);
-        let against_cpu = |got: &[f32]| kl_and_top1(&cpu, got, vocab, FROM - 1..tokens.len());
-        let (kl_head, top1_head) = against_cpu(&per_head);
-        let (kl_gqa, top1_gqa) = against_cpu(&gqa);
-        eprintln!("{name}, {positions} positions against the CPU: per-head kernel KL {kl_head:.2e} top-1 {top1_head}, long-context kernel KL {kl_gqa:.2e} top-1 {top1_gqa}");
-        assert!(kl_gqa <= 1.5 * kl_head + 1e-4 && top1_gqa + 2 >= top1_head, "{name}: the long-context kernel is further from the CPU (KL {kl_gqa:e}, top-1 {top1_gqa}) than the per-head one (KL {kl_head:e}, top-1 {top1_head})");
+        assert_as_close_to_the_cpu(name, &cpu, vocab, FROM - 1..tokens.len(), ("the per-head kernel", &per_head), ("the long-context kernel", &gqa));
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Decode attention in one stage over short contexts (attention_decode_whole.comp). Three runs,
+/// one token a step: split kernels only, the one stage for every position, and the one stage up
+/// to 32 positions. The last must be the second's bit for bit up to the threshold (each token's
+/// form follows its own length) and not past it (the split kernels took those), and the one
+/// stage must be as close to the CPU device's logits as the split kernels. Default model
+/// (64-wide heads, Q8_0 records), Qwen2's graph with 128-wide heads in Q4_K (Q8_K records: two
+/// heads a workgroup) and in Q4_1 (Q8_0 records: one), 64 positions.
+#[test]
+fn vulkan_whole_context_attention_agrees_with_the_split_kernels() {
+    let Some(i) = vulkan_index() else { return };
+    let dir = std::env::temp_dir().join(format!("strata-vulkan-whole-attention-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let models = [
+        ("default", Arc::new(LoadedModel::load(&common::default_model()).expect("the default model loads"))),
+        ("tiny-qwen2-hd128 Q4_K", synthetic_model(&dir, "tiny-qwen2-hd128", strata_quant::GgmlType::Q4_K, 3)),
+        ("tiny-qwen2-hd128 Q4_1", synthetic_model(&dir, "tiny-qwen2-hd128", strata_quant::GgmlType::Q4_1, 4)),
+    ];
+    const POSITIONS: usize = 64;
+    const MAX_LEN: usize = 32;
+    for (name, model) in models {
+        let vocab = model.hparams.vocab_size;
+        let tokens: Vec<u32> = (0..POSITIONS as u32).map(|i| (i * 7919 + 13) % vocab as u32).collect();
+        let split = vulkan_logits_with(&model, i, "STRATA_ATTENTION_WHOLE_MAX", "0", &tokens);
+        let before = strata_gpu::vulkan::whole_attentions_recorded().0;
+        let whole = vulkan_logits_with(&model, i, "STRATA_ATTENTION_WHOLE_MAX", &POSITIONS.to_string(), &tokens);
+        let taken = strata_gpu::vulkan::whole_attentions_recorded().0 - before;
+        let layers = model.hparams.n_layers as u64;
+        assert!(taken >= layers, "{name}: the one-stage attention was recorded {taken} times, {layers} layers");
+        let up_to = vulkan_logits_with(&model, i, "STRATA_ATTENTION_WHOLE_MAX", &MAX_LEN.to_string(), &tokens);
+        // Position p attends over p + 1 positions.
+        let short = MAX_LEN * vocab;
+        let same = |a: &[f32], b: &[f32]| a.iter().zip(b).filter(|(x, y)| x.to_bits() == y.to_bits()).count();
+        assert_eq!(same(&up_to[..short], &whole[..short]), short, "{name}: the short tokens are not the one stage's bits");
+        assert!(same(&up_to[short..], &whole[short..]) < whole.len() - short, "{name}: the tokens past the threshold are the one stage's bits");
+        assert!(same(&whole, &split) < whole.len(), "{name}: the one stage computed the split kernels' bits");
+        let cpu = engine_with_ubatch(&model, DeviceKind::Cpu, DeviceKind::Cpu, 1).teacher_forced_logits(&tokens).expect("cpu");
+        assert_as_close_to_the_cpu(name, &cpu, vocab, 0..POSITIONS, ("the split kernels", &split), ("the one-stage attention", &whole));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A decode step whose tokens are on both sides of the one-stage attention's threshold (12
+/// positions here) records both forms, and each sequence still gets what it gets alone, bit for
+/// bit: four sequences of 6 to 9 prompt tokens decode 10 steps together, crossing the threshold
+/// one after another.
+#[test]
+fn vulkan_steps_mixing_short_and_long_contexts_give_each_sequence_its_own_bits() {
+    use strata_actors::{RowOutput, SeqStep, StepOutput, StepStatus};
+    let Some(i) = vulkan_index() else { return };
+    std::env::set_var("STRATA_ATTENTION_WHOLE_MAX", "12");
+    let model = Arc::new(LoadedModel::load(&common::default_model()).expect("the default model loads"));
+    let vocab = model.hparams.vocab_size;
+    let prompts: Vec<Vec<u32>> = (0..4u32).map(|s| (0..6 + s).map(|k| (k * 7919 + 13 + 101 * s) % vocab as u32).collect()).collect();
+    // Each sequence's logits at each decode step, its tokens fed greedily.
+    let run = |seqs: &[usize]| -> Vec<Vec<Vec<u32>>> {
+        let mut engine = engine(&model, DeviceKind::Vulkan(i), DeviceKind::Vulkan(i));
+        let mut next = Vec::new();
+        for &s in seqs {
+            let reused = engine.start_sequence(s as u64, &prompts[s]).expect("start");
+            let out = engine.step(&[SeqStep { seq: s as u64, tokens: &prompts[s][reused..], output: StepOutput::Logits, decode: false }]).expect("prefill");
+            let StepStatus::Ran { output: Some(RowOutput::Logits(row)) } = out.status[0] else { panic!("prefill: {:?}", out.status[0]) };
+            next.push(argmax(&out.logits[row * vocab..(row + 1) * vocab]));
+            engine.hand_off_to_decode(s as u64).expect("hand-off");
+        }
+        let mut got = vec![Vec::new(); seqs.len()];
+        for _ in 0..10 {
+            let fed = next.clone();
+            let work: Vec<SeqStep<'_>> = seqs.iter().zip(&fed).map(|(&s, t)| SeqStep { seq: s as u64, tokens: std::slice::from_ref(t), output: StepOutput::Logits, decode: true }).collect();
+            let out = engine.step(&work).expect("decode step");
+            for (k, st) in out.status.iter().enumerate() {
+                let StepStatus::Ran { output: Some(RowOutput::Logits(row)) } = st else { panic!("decode: {st:?}") };
+                let logits = &out.logits[row * vocab..(row + 1) * vocab];
+                next[k] = argmax(logits);
+                got[k].push(logits.iter().map(|v| v.to_bits()).collect());
+            }
+        }
+        got
+    };
+    let (_, mixed_before) = strata_gpu::vulkan::whole_attentions_recorded();
+    let together = run(&[0, 1, 2, 3]);
+    let (_, mixed_after) = strata_gpu::vulkan::whole_attentions_recorded();
+    assert!(mixed_after > mixed_before, "no step mixed the two forms");
+    for s in 0..4 {
+        let alone = run(&[s]).remove(0);
+        for (step, (a, b)) in alone.iter().zip(&together[s]).enumerate() {
+            let differ = a.iter().zip(b).filter(|(x, y)| x != y).count();
+            assert_eq!(differ, 0, "sequence {s} (prompt of {}), decode step {step}: {differ} logits differ from the sequence alone", prompts[s].len());
+        }
+    }
 }
 
 #[test]
