@@ -63,6 +63,9 @@ fn main() {
                 // Kernel::AttentionDecodeWhole).
                 for dl in WHOLE_ATTENTION_DIMS_PER_LANE {
                     compile_with(&glslc, "attention_decode_whole", &format!("attention_decode_whole_{act}_d{dl}"), &[define, &format!("DL={dl}")], &out);
+                    if act == "q8_k" {
+                        compile_with(&glslc, "attention_decode_whole", &format!("attention_decode_whole_{act}_d{dl}_ticket"), &[define, &format!("DL={dl}"), "TICKET"], &out);
+                    }
                 }
             }
         }

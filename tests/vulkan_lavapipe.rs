@@ -568,21 +568,26 @@ fn vulkan_long_context_attention_agrees_with_the_per_head_kernel() {
 /// to 32 positions. The last must be the second's bit for bit up to the threshold (each token's
 /// form follows its own length) and not past it (the split kernels took those), and the one
 /// stage must be as close to the CPU device's logits as the split kernels. Default model
-/// (64-wide heads, Q8_0 records), Qwen2's graph with 128-wide heads in Q4_K (Q8_K records: two
-/// heads a workgroup) and in Q4_1 (Q8_0 records: one), 64 positions.
+/// (64-wide heads, Q8_0 records), Qwen2's graph with 128-wide heads in Q4_K (Q8_K records: a
+/// head a workgroup, the last of a block's two quantizing it; and with
+/// `STRATA_ATTENTION_WHOLE_PAIRS=1` two heads a workgroup) and in Q4_1 (Q8_0 records: one), 64
+/// positions.
 #[test]
 fn vulkan_whole_context_attention_agrees_with_the_split_kernels() {
     let Some(i) = vulkan_index() else { return };
     let dir = std::env::temp_dir().join(format!("strata-vulkan-whole-attention-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
+    let q4_k = synthetic_model(&dir, "tiny-qwen2-hd128", strata_quant::GgmlType::Q4_K, 3);
     let models = [
-        ("default", Arc::new(LoadedModel::load(&common::default_model()).expect("the default model loads"))),
-        ("tiny-qwen2-hd128 Q4_K", synthetic_model(&dir, "tiny-qwen2-hd128", strata_quant::GgmlType::Q4_K, 3)),
-        ("tiny-qwen2-hd128 Q4_1", synthetic_model(&dir, "tiny-qwen2-hd128", strata_quant::GgmlType::Q4_1, 4)),
+        ("default", Arc::new(LoadedModel::load(&common::default_model()).expect("the default model loads")), "0"),
+        ("tiny-qwen2-hd128 Q4_K", q4_k.clone(), "0"),
+        ("tiny-qwen2-hd128 Q4_K, pairs", q4_k, "1"),
+        ("tiny-qwen2-hd128 Q4_1", synthetic_model(&dir, "tiny-qwen2-hd128", strata_quant::GgmlType::Q4_1, 4), "0"),
     ];
     const POSITIONS: usize = 64;
     const MAX_LEN: usize = 32;
-    for (name, model) in models {
+    for (name, model, pairs) in models {
+        std::env::set_var("STRATA_ATTENTION_WHOLE_PAIRS", pairs);
         let vocab = model.hparams.vocab_size;
         let tokens: Vec<u32> = (0..POSITIONS as u32).map(|i| (i * 7919 + 13) % vocab as u32).collect();
         let split = vulkan_logits_with(&model, i, "STRATA_ATTENTION_WHOLE_MAX", "0", &tokens);

@@ -402,8 +402,9 @@ fn whole_attention_max_len() -> u32 {
 }
 
 /// The build of attention_decode_whole.comp for a model's heads on a device, with the heads a
-/// workgroup takes for output records of `rounding` (one head for Q8_0's blocks of 32, 256 /
-/// head_dim for Q8_K's 256), where it runs: the fast mode, heads of 32 to 256 dimensions that
+/// workgroup takes for output records of `rounding` (one head for Q8_0's blocks of 32; for
+/// Q8_K's 256 one head too, the last of a block's heads quantizing it, or with
+/// `STRATA_ATTENTION_WHOLE_PAIRS=1` 256 / head_dim heads), where it runs: the fast mode, heads of 32 to 256 dimensions that
 /// tile 256, 2 to 16 of them a subgroup lane (a build each), at least one subgroup a head within
 /// its shared sums, workgroups of 512, quad operations, its shared memory. The build assumes the
 /// device's reported subgroup size is the one compute shaders get (true of NVIDIA, AMD and
@@ -418,13 +419,14 @@ fn whole_attention_kernel(ctx: &VulkanContext, hp: &strata_model::HParams, round
         return None;
     }
     let dims_per_lane = hd / lanes;
-    let heads_per_wg = if rounding == ActRounding::Q8_K { 256 / hd } else { 1 };
+    let ticket = rounding == ActRounding::Q8_K && hd < 256 && std::env::var("STRATA_ATTENTION_WHOLE_PAIRS").as_deref() != Ok("1");
+    let heads_per_wg = if rounding == ActRounding::Q8_K && !ticket { 256 / hd } else { 1 };
     let per_head = (WHOLE_ATTENTION_WG / lanes / heads_per_wg).min(WHOLE_ATTENTION_ACC_FLOATS / (heads_per_wg * hd));
     let device_fits = ctx.info.subgroup_quads && ctx.info.max_workgroup_invocations >= WHOLE_ATTENTION_WG as u32 && ctx.info.max_shared_memory_bytes >= WHOLE_ATTENTION_SHARED_BYTES;
     if ![2, 4, 8, 16].contains(&dims_per_lane) || per_head == 0 || !device_fits {
         return None;
     }
-    Some((Kernel::AttentionDecodeWhole { rounding, dims_per_lane: dims_per_lane as u8 }, heads_per_wg))
+    Some((Kernel::AttentionDecodeWhole { rounding, dims_per_lane: dims_per_lane as u8, ticket }, heads_per_wg))
 }
 
 impl ParamLayout {
@@ -1542,7 +1544,12 @@ impl VulkanPlan {
                             .map(|(kernel, heads_per_wg, r)| {
                                 let cols = hp.n_heads * hp.head_dim;
                                 let (record_bytes, meta_offset) = int_act_record(cols);
-                                let push = attention_push_with(graph, *q, &[addr_of(*q), addr_of(*out), kc, vc, p_pos, p_toff, p_tables, rounded[r as usize].address], stride, block_size)
+                                let mut addresses = vec![addr_of(*q), addr_of(*out), kc, vc, p_pos, p_toff, p_tables, rounded[r as usize].address];
+                                if matches!(kernel, Kernel::AttentionDecodeWhole { ticket: true, .. }) {
+                                    // (Each counter is zero again after its block's last head.)
+                                    addresses.push(counters.address);
+                                }
+                                let push = attention_push_with(graph, *q, &addresses, stride, block_size)
                                     .u32(heads_per_wg as u32)
                                     .u32(whole_max_len)
                                     .u32(graph.buffer(*out).width as u32)

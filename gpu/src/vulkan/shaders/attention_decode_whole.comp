@@ -14,9 +14,12 @@
 // load across the subgroup). The V loads are issued before the chunk's softmax, whose reductions
 // then run while they are in flight.
 //
-// Chunks of heads: HEADS_PER_WG heads, whose outputs make whole blocks of the record's rounding
-// (one head for Q8_0's blocks of 32; 256 / head_dim heads for Q8_K's 256). Tokens past `max_len`
-// positions return at once (another kernel recorded beside this one takes them).
+// Chunks of heads: `heads_per_wg` heads, whose outputs make whole blocks of the record's rounding
+// (one head for Q8_0's blocks of 32; 256 / head_dim heads for Q8_K's 256), or (TICKET, Q8_K) one
+// head a workgroup, the last of a block's heads to finish quantizing the block: a 7B's pairs of
+// query heads are not always of one KV head, and a workgroup of two heads walks twice the rows.
+// Tokens past `max_len` positions return at once (another kernel recorded beside this one takes
+// them).
 // DL (head_dim / subgroup size) is the build's; the host checks it.
 #include "common.glsl"
 #extension GL_KHR_shader_subgroup_quad : require
@@ -45,6 +48,10 @@ layout(push_constant) uniform Push {
     uint64_t table_offsets;
     uint64_t tables;
     uint64_t records;
+#ifdef TICKET
+    // One counter per (token, block of 256 outputs), zero between uses.
+    uint64_t counters;
+#endif
     uint n_heads;
     uint n_kv_heads;
     uint head_dim;
@@ -78,6 +85,15 @@ shared float sm[MAX_SUBGROUPS];
 shared float sl[MAX_SUBGROUPS];
 shared float wacc[ACC_FLOATS];
 shared float merged[256];
+#ifdef TICKET
+#if SEG != 256
+#error "the ticket build is Q8_K's"
+#endif
+shared uint ticket;
+#define OUT_F32S F32sC
+#else
+#define OUT_F32S F32s
+#endif
 
 void main() {
     uint t = gl_WorkGroupID.y;
@@ -236,16 +252,41 @@ void main() {
                 o += f * wacc[(sg0 + k) * hd + d];
             }
             o = o / lsum;
-            F32s(pc.out_).v[t * pc.out_stride + head * hd + d] = o;
+            OUT_F32S(pc.out_).v[t * pc.out_stride + head * hd + d] = o;
         }
         merged[tid] = o;
     }
+    uint cols = pc.n_heads * hd;
+    uint chunk_start = first_head * hd;
+#ifdef TICKET
+    // The block's last head to finish quantizes it, from what every head wrote.
+    memoryBarrierBuffer();
+    barrier();
+    uint heads_per_block = 256 / hd;
+    uint block = first_head / heads_per_block;
+    uint counter = t * ((cols + 255) / 256) + block;
+    if (tid == 0) {
+        ticket = atomicAdd(U32sC(pc.counters).v[counter], 1u);
+    }
+    barrier();
+    if (ticket + 1 != min(heads_per_block, pc.n_heads - block * heads_per_block)) {
+        return;
+    }
+    memoryBarrierBuffer();
+    chunk_start = block * 256;
+    n_out = min(256u, cols - chunk_start);
+    if (tid < 256) {
+        merged[tid] = tid < n_out ? F32sC(pc.out_).v[t * pc.out_stride + chunk_start + tid] : 0.0;
+    }
+    if (tid == 0) {
+        U32sC(pc.counters).v[counter] = 0;
+    }
+#endif
     barrier();
     // The quantization: slot k holds outputs 8k..8k+7 of the chunk (slots past it, zeros that
     // write nothing).
-    uint cols = pc.n_heads * hd;
     uint slot = ql_slot();
-    uint e0 = 8 * slot < n_out ? first_head * hd + 8 * slot : cols;
+    uint e0 = 8 * slot < n_out ? chunk_start + 8 * slot : cols;
     float vs[8];
     [[unroll]] for (uint k = 0; k < 8; k++) {
         vs[k] = 8 * slot < n_out ? merged[8 * slot + k] : 0.0;
