@@ -22,8 +22,6 @@ const EXACT_TYPES: &[&str] = &["Q4_0", "Q4_1", "Q8_0", "Q4_K"];
 const EXACT_BUILDS: &[(u32, u32)] = &[(1, 1), (1, 2), (1, 4), (1, 8), (4, 1), (4, 2)];
 /// matmul_q.comp's tile shapes: (file suffix, defines).
 const GEMM_TILES: &[(&str, &[&str])] = &[("", &["KI=4", "PREFETCH"]), ("_k2", &["KI=2"]), ("_k4", &["KI=4"]), ("_n8", &["KI=2", "TN=8"])];
-/// attention_decode_whole.comp's builds: head dimensions a lane (head_dim / subgroup size).
-const WHOLE_ATTENTION_DIMS_PER_LANE: &[u32] = &[2, 4, 8, 16];
 const PLAIN: &[&str] = &["rms_norm", "store_kv", "attention", "attention_decode", "attention_decode_gqa", "attention_combine", "swiglu", "add", "select_rows", "read_bandwidth", "prefetch_l2", "stage_chain", "argmax", "top_k"];
 
 fn main() {
@@ -59,14 +57,6 @@ fn main() {
         for (act, define) in [("q8_0", "ACT_Q8_0"), ("q8_k", "ACT_Q8_K")] {
             if defines.is_empty() {
                 compile_with(&glslc, "attention_decode", &format!("attention_decode_fused_{act}"), &["FUSED_COMBINE", define], &out);
-                // One stage over a short context: a build per head dimensions a lane (kernels.rs,
-                // Kernel::AttentionDecodeWhole).
-                for dl in WHOLE_ATTENTION_DIMS_PER_LANE {
-                    compile_with(&glslc, "attention_decode_whole", &format!("attention_decode_whole_{act}_d{dl}"), &[define, &format!("DL={dl}")], &out);
-                    if act == "q8_k" {
-                        compile_with(&glslc, "attention_decode_whole", &format!("attention_decode_whole_{act}_d{dl}_ticket"), &[define, &format!("DL={dl}"), "TICKET"], &out);
-                    }
-                }
             }
         }
         for name in ["rope", "rope_store", "attention_exact"] {

@@ -108,12 +108,6 @@ pub enum Kernel {
     /// AttentionDecode whose last workgroup per chunk of 256 outputs merges the splits and
     /// quantizes them for the output projection (AttentionCombineInt's bits, one stage less).
     AttentionDecodeFused(ActRounding),
-    /// Decode attention over a short context in one stage: a workgroup per chunk of heads walks
-    /// the whole context with its subgroups as the splits, merges them in shared memory and
-    /// quantizes for the output projection (attention_decode_whole.comp). `dims_per_lane` is
-    /// the head dimension over the subgroup size (2, 4, 8 or 16); `ticket` (Q8_K): a head a
-    /// workgroup, the last of a block's heads quantizing it.
-    AttentionDecodeWhole { rounding: ActRounding, dims_per_lane: u8, ticket: bool },
     /// Attention of one query per workgroup in the CPU device's arithmetic (the exact mode).
     AttentionExact,
     SwiGlu,
@@ -522,20 +516,6 @@ impl Kernel {
             Kernel::MatVecIntRopeScaled(_, ProductLayout::Lanes32) | Kernel::MatVecIntSwiGluF32Scaled(_, ProductLayout::Lanes32, _) => &[],
             Kernel::AttentionDecodeFused(ActRounding::Q8_0) => spv!("attention_decode_fused_q8_0"),
             Kernel::AttentionDecodeFused(ActRounding::Q8_K) => spv!("attention_decode_fused_q8_k"),
-            Kernel::AttentionDecodeWhole { rounding: ActRounding::Q8_0, dims_per_lane: 2, ticket: false } => spv!("attention_decode_whole_q8_0_d2"),
-            Kernel::AttentionDecodeWhole { rounding: ActRounding::Q8_0, dims_per_lane: 4, ticket: false } => spv!("attention_decode_whole_q8_0_d4"),
-            Kernel::AttentionDecodeWhole { rounding: ActRounding::Q8_0, dims_per_lane: 8, ticket: false } => spv!("attention_decode_whole_q8_0_d8"),
-            Kernel::AttentionDecodeWhole { rounding: ActRounding::Q8_0, ticket: false, .. } => spv!("attention_decode_whole_q8_0_d16"),
-            Kernel::AttentionDecodeWhole { rounding: ActRounding::Q8_K, dims_per_lane: 2, ticket: false } => spv!("attention_decode_whole_q8_k_d2"),
-            Kernel::AttentionDecodeWhole { rounding: ActRounding::Q8_K, dims_per_lane: 4, ticket: false } => spv!("attention_decode_whole_q8_k_d4"),
-            Kernel::AttentionDecodeWhole { rounding: ActRounding::Q8_K, dims_per_lane: 8, ticket: false } => spv!("attention_decode_whole_q8_k_d8"),
-            Kernel::AttentionDecodeWhole { rounding: ActRounding::Q8_K, ticket: false, .. } => spv!("attention_decode_whole_q8_k_d16"),
-            Kernel::AttentionDecodeWhole { rounding: ActRounding::Q8_K, dims_per_lane: 2, ticket: true } => spv!("attention_decode_whole_q8_k_d2_ticket"),
-            Kernel::AttentionDecodeWhole { rounding: ActRounding::Q8_K, dims_per_lane: 4, ticket: true } => spv!("attention_decode_whole_q8_k_d4_ticket"),
-            Kernel::AttentionDecodeWhole { rounding: ActRounding::Q8_K, dims_per_lane: 8, ticket: true } => spv!("attention_decode_whole_q8_k_d8_ticket"),
-            Kernel::AttentionDecodeWhole { rounding: ActRounding::Q8_K, ticket: true, .. } => spv!("attention_decode_whole_q8_k_d16_ticket"),
-            // (Not built: Q8_0's blocks are within a head.)
-            Kernel::AttentionDecodeWhole { rounding: ActRounding::Q8_0, ticket: true, .. } => &[],
             Kernel::MatVecExact { format: f, nt: 1, unroll: 1, k_order: o } => per_exact_format!(f, "matvec_exact_t1_u1", o, v.fma_via_f64()),
             Kernel::MatVecExact { format: f, nt: 1, unroll: 2, k_order: o } => per_exact_format!(f, "matvec_exact_t1_u2", o, v.fma_via_f64()),
             Kernel::MatVecExact { format: f, nt: 1, unroll: 4, k_order: o } => per_exact_format!(f, "matvec_exact_t1_u4", o, v.fma_via_f64()),

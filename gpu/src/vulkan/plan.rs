@@ -380,55 +380,6 @@ fn gqa_attention_from(ctx: &VulkanContext, n_heads: usize, n_kv_heads: usize, he
     }
 }
 
-/// Invocations of attention_decode_whole.comp's workgroups.
-const WHOLE_ATTENTION_WG: usize = 512;
-/// Shared memory attention_decode_whole.comp declares (24 KiB with Q8_K's block maxima), rounded up.
-const WHOLE_ATTENTION_SHARED_BYTES: u32 = 25 * 1024;
-/// Floats of its subgroups' value sums (ACC_FLOATS there).
-const WHOLE_ATTENTION_ACC_FLOATS: usize = 4096;
-/// Decoded tokens of at most this many positions take attention_decode_whole.comp by default.
-const DEFAULT_WHOLE_ATTENTION_MAX_LEN: u32 = 0;
-
-/// `STRATA_ATTENTION_WHOLE_MAX` (positions; 0 turns it off), read at each plan's creation:
-/// decoded tokens attending over at most this many positions take attention in one stage
-/// (attention_decode_whole.comp: a workgroup per head or two walks the whole context, its
-/// subgroups as the splits) instead of splits and their merge. Never with another decode
-/// attention asked for (`STRATA_VULKAN_ATTENTION=grouped`, `STRATA_VULKAN_FUSE_ATTENTION=1`).
-fn whole_attention_max_len() -> u32 {
-    if !per_head_decode_attention() || std::env::var("STRATA_VULKAN_FUSE_ATTENTION").as_deref() == Ok("1") {
-        return 0;
-    }
-    std::env::var("STRATA_ATTENTION_WHOLE_MAX").ok().and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_WHOLE_ATTENTION_MAX_LEN)
-}
-
-/// The build of attention_decode_whole.comp for a model's heads on a device, with the heads a
-/// workgroup takes for output records of `rounding` (one head for Q8_0's blocks of 32; for
-/// Q8_K's 256 one head too, the last of a block's heads quantizing it, or with
-/// `STRATA_ATTENTION_WHOLE_PAIRS=1` 256 / head_dim heads), where it runs: the fast mode, heads of 32 to 256 dimensions that
-/// tile 256, 2 to 16 of them a subgroup lane (a build each), at least one subgroup a head within
-/// its shared sums, workgroups of 512, quad operations, its shared memory. The build assumes the
-/// device's reported subgroup size is the one compute shaders get (true of NVIDIA, AMD and
-/// lavapipe; a device that varies it makes the kernel compute garbage, so such a device would
-/// need `STRATA_ATTENTION_WHOLE_MAX=0`).
-fn whole_attention_kernel(ctx: &VulkanContext, hp: &strata_model::HParams, rounding: ActRounding) -> Option<(Kernel, usize)> {
-    let (hd, lanes) = (hp.head_dim, ctx.info.subgroup_size as usize);
-    if ctx.exact || lanes == 0 || hd < 32 || !hd.is_multiple_of(32) || !256usize.is_multiple_of(hd) || !hd.is_multiple_of(lanes) {
-        return None;
-    }
-    if hp.n_kv_heads == 0 || !hp.n_heads.is_multiple_of(hp.n_kv_heads) {
-        return None;
-    }
-    let dims_per_lane = hd / lanes;
-    let ticket = rounding == ActRounding::Q8_K && hd < 256 && std::env::var("STRATA_ATTENTION_WHOLE_PAIRS").as_deref() != Ok("1");
-    let heads_per_wg = if rounding == ActRounding::Q8_K && !ticket { 256 / hd } else { 1 };
-    let per_head = (WHOLE_ATTENTION_WG / lanes / heads_per_wg).min(WHOLE_ATTENTION_ACC_FLOATS / (heads_per_wg * hd));
-    let device_fits = ctx.info.subgroup_quads && ctx.info.max_workgroup_invocations >= WHOLE_ATTENTION_WG as u32 && ctx.info.max_shared_memory_bytes >= WHOLE_ATTENTION_SHARED_BYTES;
-    if ![2, 4, 8, 16].contains(&dims_per_lane) || per_head == 0 || !device_fits {
-        return None;
-    }
-    Some((Kernel::AttentionDecodeWhole { rounding, dims_per_lane: dims_per_lane as u8, ticket }, heads_per_wg))
-}
-
 impl ParamLayout {
     fn new(max_tokens: usize, max_outputs: usize, max_seqs: usize, max_blocks_per_seq: usize) -> ParamLayout {
         let tokens = HEADER_WORDS;
@@ -488,9 +439,6 @@ pub struct VulkanPlan {
     split_budget: usize,
     /// Decoded tokens of at least this many positions take attention_decode_gqa.comp.
     gqa_from: u32,
-    /// Decoded tokens of at most this many positions take attention_decode_whole.comp where it
-    /// fits (0: none; [`whole_attention_max_len`]).
-    whole_attention_max_len: u32,
     opts: VulkanOptions,
     weight_bytes: u64,
     /// Whether a recorded step has grid barriers (ffn_persistent.comp), and the give-ups its
@@ -499,7 +447,7 @@ pub struct VulkanPlan {
     give_ups_seen: u32,
     /// Chained stages (shaders/chain.glsl) of each recorded step shape: the workgroups each
     /// word counts by the step's end (word 0 none); empty for none. Its readback holds them.
-    chain_words: HashMap<ShapeKey, Vec<u32>>,
+    chain_words: HashMap<(usize, usize, StepTail), Vec<u32>>,
     /// One-token steps a greedy run's command buffers hold, after its first step: always
     /// (`greedy_steps_fixed`: set by `STRATA_VULKAN_GREEDY_STEPS` or the caller), or while a
     /// submission's steps take at most [`GREEDY_BURST_US`] (`greedy_step_us`: the last run's
@@ -509,22 +457,6 @@ pub struct VulkanPlan {
     greedy_step_us: f64,
     ctx: Arc<VulkanContext>,
 }
-
-/// How a step's decode attention is recorded, a part of its recorded shape: as splits of the
-/// context and their merge (two stages); as one stage over each token's whole context
-/// (attention_decode_whole.comp), where every token's context is within
-/// `whole_attention_max_len`; or, for a step that has tokens of both kinds, as the splits for
-/// all of them and then the one stage again for the short ones (a stage more, so that a token's
-/// attention depends on its own length only, never on its batch's).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-enum AttentionForm {
-    Split,
-    Whole,
-    Mixed,
-}
-
-/// A recorded step's shape: tokens, output rows, what it reads back, its attention's form.
-type ShapeKey = (usize, usize, StepTail, AttentionForm);
 
 /// What a step reads back: its logits, or only each output row's argmax or top-k (computed on
 /// the GPU after the logits).
@@ -597,7 +529,7 @@ struct CommandCache {
     pool: vk::CommandPool,
     timeline: Timeline,
     /// (tokens, outputs, what the step reads back) -> its command buffer.
-    recorded: HashMap<ShapeKey, vk::CommandBuffer>,
+    recorded: HashMap<(usize, usize, StepTail), vk::CommandBuffer>,
 }
 
 impl CommandCache {
@@ -918,7 +850,6 @@ impl VulkanPlan {
             logits: Vec::new(),
             split_budget,
             gqa_from: gqa_attention_from(ctx, hp.n_heads, hp.n_kv_heads, hp.head_dim),
-            whole_attention_max_len: whole_attention_max_len(),
             opts: VulkanOptions { max_seqs, ..opts },
             weight_bytes,
             grid_barriers: false,
@@ -1027,8 +958,8 @@ impl VulkanPlan {
         token_table_offsets(&used, b.seq_of_token, &mut words[pl.table_offsets..pl.table_offsets + n])
     }
 
-    fn record(&mut self, n: usize, n_out: usize, tail: StepTail, form: AttentionForm) -> Result<vk::CommandBuffer, DeviceError> {
-        if let Some(&cb) = self.commands.recorded.get(&(n, n_out, tail, form)) {
+    fn record(&mut self, n: usize, n_out: usize, tail: StepTail) -> Result<vk::CommandBuffer, DeviceError> {
+        if let Some(&cb) = self.commands.recorded.get(&(n, n_out, tail)) {
             return Ok(cb);
         }
         let name = self.ctx.name();
@@ -1043,9 +974,9 @@ impl VulkanPlan {
         // SAFETY: a fresh command buffer.
         unsafe { self.ctx.device.begin_command_buffer(cb, &vk::CommandBufferBeginInfo::default()) }.map_err(|e| vk_error(&name, "vkBeginCommandBuffer", e))?;
         let ops = std::mem::take(&mut self.graph.ops);
-        let result = self.record_ops(cb, &ops, n, n_out, tail, form).map(|(grid, chain_words)| {
+        let result = self.record_ops(cb, &ops, n, n_out, tail).map(|(grid, chain_words)| {
             self.grid_barriers |= grid;
-            self.chain_words.insert((n, n_out, tail, form), chain_words);
+            self.chain_words.insert((n, n_out, tail), chain_words);
         });
         self.graph.ops = ops;
         // SAFETY: recording began above.
@@ -1055,7 +986,7 @@ impl VulkanPlan {
             unsafe { self.ctx.device.free_command_buffers(self.commands.pool, &[cb]) };
             return Err(e);
         }
-        self.commands.recorded.insert((n, n_out, tail, form), cb);
+        self.commands.recorded.insert((n, n_out, tail), cb);
         Ok(cb)
     }
 
@@ -1064,7 +995,7 @@ impl VulkanPlan {
     /// With [`StepTail::Argmax`] or [`StepTail::TopK`] the step ends in each output row's
     /// argmax or top-k on the GPU (argmax.comp, top_k.comp), and only those are read back (at
     /// the readback's start), not the logits.
-    fn record_ops(&mut self, cb: vk::CommandBuffer, ops: &[Op], n: usize, n_out: usize, tail: StepTail, form: AttentionForm) -> Result<(bool, Vec<u32>), DeviceError> {
+    fn record_ops(&mut self, cb: vk::CommandBuffer, ops: &[Op], n: usize, n_out: usize, tail: StepTail) -> Result<(bool, Vec<u32>), DeviceError> {
         let hp = self.graph.hparams.clone();
         let pl = self.param_layout;
         // A greedy submission's steps (one else), each reading the parameters of its own region.
@@ -1078,7 +1009,7 @@ impl VulkanPlan {
         let device = self.ctx.device.clone();
         let (graph, weights, bufs, kv, ctx) = (&self.graph, &self.weights, &self.bufs, &self.kv, &self.ctx);
         let (partial, rope_table, block_size, rounded, max_context) = (self.partial, self.rope_table, self.opts.block_size, self.rounded, self.opts.max_context);
-        let (counters, rounded_alt, gqa_from, whole_max_len) = (self.counters, self.rounded_alt, self.gqa_from, self.whole_attention_max_len);
+        let (counters, rounded_alt, gqa_from) = (self.counters, self.rounded_alt, self.gqa_from);
         let counters_buffer = self.arena.buffer(&counters);
         // A step of one token and one output row: the ops after SelectRows read its input in
         // place (its only row is the output row), a dispatch and a barrier fewer a token.
@@ -1536,27 +1467,6 @@ impl VulkanPlan {
                                 && std::env::var("STRATA_VULKAN_FUSE_ATTENTION").as_deref() == Ok("1")
                                 && !read_before_written(&ops[op_index + 2..], *out)
                         });
-                        // One stage over the whole context for short tokens (attention_decode_whole.comp),
-                        // where the step's form has it and the kernel fits the heads and device.
-                        let whole = combine_rounding
-                            .filter(|_| form != AttentionForm::Split && fused_combine.is_none() && n <= INT_MAX_TOKENS && per_head_decode_attention())
-                            .and_then(|r| whole_attention_kernel(ctx, &hp, r).map(|(kernel, heads_per_wg)| (kernel, heads_per_wg, r)))
-                            .map(|(kernel, heads_per_wg, r)| {
-                                let cols = hp.n_heads * hp.head_dim;
-                                let (record_bytes, meta_offset) = int_act_record(cols);
-                                let mut addresses = vec![addr_of(*q), addr_of(*out), kc, vc, p_pos, p_toff, p_tables, rounded[r as usize].address];
-                                if matches!(kernel, Kernel::AttentionDecodeWhole { ticket: true, .. }) {
-                                    // (Each counter is zero again after its block's last head.)
-                                    addresses.push(counters.address);
-                                }
-                                let push = attention_push_with(graph, *q, &addresses, stride, block_size)
-                                    .u32(heads_per_wg as u32)
-                                    .u32(whole_max_len)
-                                    .u32(graph.buffer(*out).width as u32)
-                                    .u32(meta_offset as u32)
-                                    .u32(record_bytes as u32);
-                                (kernel, push, [hp.n_heads.div_ceil(heads_per_wg) as u32, n as u32, 1], r)
-                            });
                         if let Some(r) = fused_combine {
                             // The splits merged and quantized for the output projection by the last
                             // workgroup of each chunk: one stage instead of two. (The f32 output is
@@ -1569,15 +1479,6 @@ impl VulkanPlan {
                                 .u32(u32::MAX);
                             rec.dispatch_indirect(Kernel::AttentionDecodeFused(r), &push, params_buffer, header_at + (HEADER_ATTENTION_DECODE_ARGS * 4) as u64)?;
                             prequantized = Some(rounded[r as usize].address);
-                            fused[2] += 1;
-                        } else if let Some((kernel, whole_push, groups, r)) = whole.as_ref().filter(|_| form == AttentionForm::Whole) {
-                            // Every token's context is short: one stage, merged and quantized.
-                            rec.dispatch(*kernel, whole_push, *groups)?;
-                            WHOLE_ATTENTIONS_RECORDED[0].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                            if prefetch > 0 {
-                                record_prefetch(&mut rec, weights, &ops[op_index + 1..], prefetch, sink)?;
-                            }
-                            prequantized = Some(rounded[*r as usize].address);
                             fused[2] += 1;
                         } else {
                             if n <= INT_MAX_TOKENS && per_head_decode_attention() {
@@ -1609,13 +1510,6 @@ impl VulkanPlan {
                             } else {
                                 let push = Push::new().addr(partial.address).addr(addr_of(*out)).addr(p_header).u32(hp.n_heads as u32).u32(hp.head_dim as u32).u32(out_width as u32);
                                 rec.dispatch(Kernel::AttentionCombine, &push, [hp.n_heads as u32, n as u32, 1])?;
-                            }
-                            if let Some((kernel, whole_push, groups, _)) = whole.as_ref().filter(|_| form == AttentionForm::Mixed) {
-                                // The short tokens again, in the one-stage kernel (its bits for
-                                // them whatever their batch): over what the merge wrote.
-                                rec.barrier();
-                                rec.dispatch(*kernel, whole_push, *groups)?;
-                                WHOLE_ATTENTIONS_RECORDED[1].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                             }
                         }
                     }
@@ -1913,18 +1807,6 @@ const NORM_PROLOGUE_SHARED_BYTES: u32 = (NORM_PROLOGUE_MAX_ROW / 8 * 8 + NORM_PR
 
 /// RMSNorms recorded in the product before them ([`Kernel::MatVecInt1NormOut`]) in this process.
 static NORM_EPILOGUES_RECORDED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// Decode attentions recorded in one stage (attention_decode_whole.comp) in this process: in
-/// steps whose tokens all take it, and in steps that mix them with longer ones.
-static WHOLE_ATTENTIONS_RECORDED: [std::sync::atomic::AtomicU64; 2] = [std::sync::atomic::AtomicU64::new(0), std::sync::atomic::AtomicU64::new(0)];
-
-/// How many decode attentions this process has recorded in one stage
-/// (`STRATA_ATTENTION_WHOLE_MAX`): in steps of short tokens only, and in steps mixing them with
-/// longer ones. For tests that must know the path was taken.
-pub fn whole_attentions_recorded() -> (u64, u64) {
-    let load = |i: usize| WHOLE_ATTENTIONS_RECORDED[i].load(std::sync::atomic::Ordering::Relaxed);
-    (load(0), load(1))
-}
 
 /// How many RMSNorms this process has recorded in the residual-adding product before them
 /// (`STRATA_VULKAN_NORM_EPILOGUE=1`): for tests that must know the path was taken.
@@ -2390,7 +2272,7 @@ impl VulkanPlan {
     /// buffer) and checks what the step's opt-in forms report.
     fn run_step(&mut self, b: &StepBatch<'_>, tail: StepTail) -> Result<(), DeviceError> {
         let started = std::time::Instant::now();
-        let (cb, form) = self.prepare_step(b, tail)?;
+        let cb = self.prepare_step(b, tail)?;
         let (n, n_out) = (b.len(), b.output_rows.len());
         let submitted = std::time::Instant::now();
         self.commands.timeline.submit_and_wait(cb)?;
@@ -2414,7 +2296,7 @@ impl VulkanPlan {
                 ));
             }
         }
-        if let Some(counts) = self.chain_words.get(&(n, n_out, tail, form)).filter(|c| !c.is_empty()) {
+        if let Some(counts) = self.chain_words.get(&(n, n_out, tail)).filter(|c| !c.is_empty()) {
             // Every chained stage counted each of its workgroups, and no wait gave up.
             let at = self.opts.max_outputs * vocab * 4 + 4;
             let words = bytes.get(at..at + 4 * counts.len() * CHAIN_LINES as usize).unwrap_or_default();
@@ -2451,34 +2333,10 @@ impl VulkanPlan {
     }
 
     /// Checks the batch, writes its parameters into the host buffer of `tail`'s slot (which no
-    /// pending submission may read) and returns the step's command buffer, recorded or cached,
-    /// with its attention's form.
-    fn prepare_step(&mut self, b: &StepBatch<'_>, tail: StepTail) -> Result<(vk::CommandBuffer, AttentionForm), DeviceError> {
+    /// pending submission may read) and returns the step's command buffer, recorded or cached.
+    fn prepare_step(&mut self, b: &StepBatch<'_>, tail: StepTail) -> Result<vk::CommandBuffer, DeviceError> {
         self.check_and_write_params(b, tail.slot(), 0)?;
-        let form = self.attention_form(b.positions.iter().copied(), b.len());
-        Ok((self.record(b.len(), b.output_rows.len(), tail, form)?, form))
-    }
-
-    /// The attention form ([`AttentionForm`]) of a command buffer whose steps of `n` tokens
-    /// decode at `positions` (all its steps'): one stage where every token's context is within
-    /// `whole_attention_max_len`, splits where none is, both where some are.
-    fn attention_form(&self, positions: impl Iterator<Item = u32>, n: usize) -> AttentionForm {
-        if n > INT_MAX_TOKENS || self.whole_attention_max_len == 0 {
-            return AttentionForm::Split;
-        }
-        let (mut short, mut long) = (false, false);
-        for p in positions {
-            if p < self.whole_attention_max_len {
-                short = true;
-            } else {
-                long = true;
-            }
-        }
-        match (short, long) {
-            (true, false) => AttentionForm::Whole,
-            (true, true) => AttentionForm::Mixed,
-            _ => AttentionForm::Split,
-        }
+        self.record(b.len(), b.output_rows.len(), tail)
     }
 
     /// Whether this plan's argmax runs on the GPU for a vocabulary of `vocab_size` and
@@ -2537,9 +2395,7 @@ impl VulkanPlan {
                 let batch = StepBatch { tokens: &[first_token], positions: &[position], seq_of_token: &[0], block_tables: &tables, output_rows: &[0] };
                 plan.check_and_write_params(&batch, tail.slot(), k)?;
             }
-            let positions = (0..tail.steps()).map(|k| crate::greedy_position(start_pos, first + k).unwrap_or(u32::MAX));
-            let form = plan.attention_form(positions, 1);
-            let cb = plan.record(1, 1, tail, form)?;
+            let cb = plan.record(1, 1, tail)?;
             let value = plan.commands.timeline.submit(cb)?;
             if first > 0 {
                 FED_STEPS_SUBMITTED.fetch_add(tail.steps() as u64, std::sync::atomic::Ordering::Relaxed);
@@ -2644,22 +2500,15 @@ impl ForwardPlan for VulkanPlan {
         }
         // Every shape is recorded before anything is submitted: recording may free cached command
         // buffers (never a pending one, then).
-        // The run's attention forms: its first and last positions' (a submission across the
-        // threshold takes both).
-        let last_pos = crate::greedy_position(start_pos, n_steps - 1)?;
-        let mut forms = vec![self.attention_form([start_pos, last_pos].into_iter(), 1)];
-        if forms[0] == AttentionForm::Mixed {
-            forms = vec![AttentionForm::Whole, AttentionForm::Mixed, AttentionForm::Split];
-        }
-        let shapes: Vec<ShapeKey> = Self::greedy_tails(self.greedy_steps_per_submission).into_iter().flat_map(|t| forms.iter().map(move |&f| (1, 1, t, f))).collect();
-        if shapes.iter().any(|k| !self.commands.recorded.contains_key(k)) && self.commands.recorded.len() + shapes.len() > MAX_RECORDED_SHAPES {
+        let tails = Self::greedy_tails(self.greedy_steps_per_submission);
+        if tails.iter().any(|t| !self.commands.recorded.contains_key(&(1, 1, *t))) && self.commands.recorded.len() + tails.len() > MAX_RECORDED_SHAPES {
             // SAFETY: no submission is pending (every step before this one was waited for).
             unsafe { self.commands.forget_all() };
         }
-        for &(_, _, tail, form) in &shapes {
-            self.record(1, 1, tail, form)?;
+        for &tail in &tails {
+            self.record(1, 1, tail)?;
         }
-        let reports = self.grid_barriers || shapes.iter().any(|k| self.chain_words.get(k).is_some_and(|c| !c.is_empty()));
+        let reports = self.grid_barriers || tails.iter().any(|t| self.chain_words.get(&(1, 1, *t)).is_some_and(|c| !c.is_empty()));
         if reports {
             return crate::greedy_steps_one_by_one(self, first_token, start_pos, block_table, n_steps, vocab_size, keep_going);
         }
