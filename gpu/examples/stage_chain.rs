@@ -48,7 +48,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let bandwidth = measure_read_bandwidth(&ctx)?;
     println!("device: {}; read bandwidth {:.1} GB/s", ctx.name(), bandwidth / 1e9);
     println!("pattern: {shape}, {} stages ({} boundaries), {:.1} MB; at the read bandwidth {:.1} us", pattern.len(), pattern.len() - 1, bytes as f64 / 1e6, bytes as f64 / bandwidth * 1e6);
-    let mut modes = vec![ProbeMode::Dispatches, ProbeMode::ExecutionBarriers];
+    let mut modes = vec![ProbeMode::Dispatches, ProbeMode::ExecutionBarriers, ProbeMode::Events];
     for alternate in [Alternate::Same, Alternate::Copy, Alternate::BigShared] {
         modes.push(ProbeMode::DispatchesUnordered { alternate });
         modes.push(ProbeMode::Chained { preload: false, workgroups: 0, alternate });
@@ -80,6 +80,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
             ProbeMode::Unordered { workgroups } => format!("{workgroups} resident workgroups, no barriers"),
             ProbeMode::ExecutionBarriers => "a dispatch a stage, execution-only barriers".to_string(),
+            ProbeMode::Events => "a dispatch a stage, each waiting for the stage before's event".to_string(),
             ProbeMode::DispatchesUnordered { alternate } => format!("a dispatch a stage, no barriers, no waits{}", alternation(alternate)),
             ProbeMode::Chained { preload, workgroups, alternate } => format!(
                 "a dispatch a stage{}, no pipeline barriers, each waiting on the stage before's counter{}{}",

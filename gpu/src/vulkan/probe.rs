@@ -9,6 +9,8 @@
 
 use std::sync::Arc;
 
+use ash::vk;
+
 use super::kernels::{Kernel, Pipelines, Push, Recorder};
 use super::memory::{Buffer, MemoryKind, OneShot};
 use super::VulkanContext;
@@ -54,6 +56,10 @@ pub enum ProbeMode {
     ExecutionBarriers,
     /// `Dispatches` with no barriers at all: how far the driver overlaps dispatches.
     DispatchesUnordered { alternate: Alternate },
+    /// `Dispatches` ordered by events instead of pipeline barriers: each stage sets its own
+    /// event after its dispatch and the next stage waits for it (with the same memory
+    /// dependency), as a split barrier; a driver may implement the wait otherwise than a barrier.
+    Events,
 }
 
 /// Which pipelines consecutive stages of the barrier-free modes run.
@@ -137,7 +143,7 @@ pub fn measure_stage_boundaries(ctx: &Arc<VulkanContext>, pattern: &[ProbeStage]
     }
     let max_invocations = (STREAM_GROUPS_MAX * 256).max(modes.iter().map(|m| match m {
         ProbeMode::GridBarriers { workgroups, .. } | ProbeMode::Unordered { workgroups } => u64::from(*workgroups) * 256,
-        ProbeMode::Dispatches | ProbeMode::Chained { .. } | ProbeMode::ExecutionBarriers | ProbeMode::DispatchesUnordered { .. } => 0,
+        ProbeMode::Dispatches | ProbeMode::Chained { .. } | ProbeMode::ExecutionBarriers | ProbeMode::DispatchesUnordered { .. } | ProbeMode::Events => 0,
     }).max().unwrap_or(0));
     let mut sink = Buffer::new(ctx, (max_invocations + 1) * 4, MemoryKind::HostVisible, "stage probe sink")?;
     // Word 0: the grid barriers' counter; modes 4 and 5: word k counts stage k's workgroups done.
@@ -145,6 +151,7 @@ pub fn measure_stage_boundaries(ctx: &Arc<VulkanContext>, pattern: &[ProbeStage]
     let counter = Buffer::new(ctx, counter_bytes, MemoryKind::DeviceLocal, "stage probe counter")?;
     let mut pipelines = Pipelines::new(ctx)?;
     let mut oneshot = OneShot::new(ctx)?;
+    let events = ProbeEvents::new(ctx, if modes.contains(&ProbeMode::Events) { pattern.len() } else { 0 })?;
     let range_addresses: Vec<u64> = (0..4).map(|i| ranges[(i as u64 % n_buffers) as usize].address()).collect();
     let sink_address = sink.address();
     let base = |mode: u32, stage: u32, poll: u32, prev_groups: u32| {
@@ -185,6 +192,21 @@ pub fn measure_stage_boundaries(ctx: &Arc<VulkanContext>, pattern: &[ProbeStage]
                             }
                             Ok(())
                         }),
+                        ProbeMode::Events => {
+                            // SAFETY: recording; the events are live and no other submission uses them.
+                            unsafe { events.reset_all(&device, cb) };
+                            pattern.iter().enumerate().try_for_each(|(k, s)| {
+                                if k > 0 {
+                                    // SAFETY: as above; event k - 1 was set just before.
+                                    unsafe { events.wait(&device, cb, k - 1) };
+                                }
+                                rec.dispatch(Kernel::StageChain, &base(0, k as u32, 0, 0), [groups_of(s), 1, 1])?;
+                                // SAFETY: as above.
+                                unsafe { events.set(&device, cb, k) };
+                                Ok(())
+                            })
+                            .map(|()| rec.barrier())
+                        }
                         ProbeMode::Chained { preload, workgroups, alternate } => {
                             rec.barrier_before_transfer();
                             rec.zero(counter.buffer, 0, counter_bytes);
@@ -222,4 +244,65 @@ pub fn measure_stage_boundaries(ctx: &Arc<VulkanContext>, pattern: &[ProbeStage]
         results.push(ProbeResult { mode, pass_us: best * 1e6, gave_up });
     }
     Ok(results)
+}
+
+/// The events of [`ProbeMode::Events`]: one per stage, destroyed with the probe.
+struct ProbeEvents {
+    ctx: Arc<VulkanContext>,
+    events: Vec<vk::Event>,
+}
+
+impl ProbeEvents {
+    fn new(ctx: &Arc<VulkanContext>, count: usize) -> Result<ProbeEvents, DeviceError> {
+        let mut out = ProbeEvents { ctx: ctx.clone(), events: Vec::with_capacity(count) };
+        for _ in 0..count {
+            // SAFETY: a live device; the event is destroyed in Drop.
+            let e = unsafe { ctx.device.create_event(&vk::EventCreateInfo::default(), None) }.map_err(|e| DeviceError::Vulkan { device: ctx.name(), call: "vkCreateEvent", result: format!("{e:?}") })?;
+            out.events.push(e);
+        }
+        Ok(out)
+    }
+
+    /// Unsets every event once all earlier commands are done, before any later command.
+    ///
+    /// # Safety
+    /// `cb` is recording on `device`, and no pending submission uses the events.
+    unsafe fn reset_all(&self, device: &ash::Device, cb: vk::CommandBuffer) {
+        let all = vk::PipelineStageFlags::ALL_COMMANDS;
+        let mb = vk::MemoryBarrier::default().src_access_mask(vk::AccessFlags::SHADER_WRITE).dst_access_mask(vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE);
+        // SAFETY: the caller's.
+        unsafe {
+            device.cmd_pipeline_barrier(cb, all, all, vk::DependencyFlags::empty(), &[mb], &[], &[]);
+            for &e in &self.events {
+                device.cmd_reset_event(cb, e, all);
+            }
+            device.cmd_pipeline_barrier(cb, all, all, vk::DependencyFlags::empty(), &[], &[], &[]);
+        }
+    }
+
+    /// # Safety
+    /// As [`ProbeEvents::reset_all`]; `k` is below the count.
+    unsafe fn set(&self, device: &ash::Device, cb: vk::CommandBuffer, k: usize) {
+        // SAFETY: the caller's.
+        unsafe { device.cmd_set_event(cb, self.events[k], vk::PipelineStageFlags::COMPUTE_SHADER) };
+    }
+
+    /// Later compute waits for event `k`, with every shader write before its set visible.
+    ///
+    /// # Safety
+    /// As [`ProbeEvents::set`].
+    unsafe fn wait(&self, device: &ash::Device, cb: vk::CommandBuffer, k: usize) {
+        let mb = vk::MemoryBarrier::default().src_access_mask(vk::AccessFlags::SHADER_WRITE).dst_access_mask(vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE);
+        // SAFETY: the caller's.
+        unsafe { device.cmd_wait_events(cb, &[self.events[k]], vk::PipelineStageFlags::COMPUTE_SHADER, vk::PipelineStageFlags::COMPUTE_SHADER, &[mb], &[], &[]) };
+    }
+}
+
+impl Drop for ProbeEvents {
+    fn drop(&mut self) {
+        for &e in &self.events {
+            // SAFETY: the probe's submissions have completed (OneShot waits for each).
+            unsafe { self.ctx.device.destroy_event(e, None) };
+        }
+    }
 }
