@@ -257,7 +257,7 @@ impl ProbeEvents {
         let mut out = ProbeEvents { ctx: ctx.clone(), events: Vec::with_capacity(count) };
         for _ in 0..count {
             // SAFETY: a live device; the event is destroyed in Drop.
-            let e = unsafe { ctx.device.create_event(&vk::EventCreateInfo::default(), None) }.map_err(|e| DeviceError::Vulkan { device: ctx.name(), call: "vkCreateEvent", result: format!("{e:?}") })?;
+            let e = unsafe { ctx.device.create_event(&vk::EventCreateInfo::default(), None) }.map_err(|e| super::vk_error(&ctx.name(), "vkCreateEvent", e))?;
             out.events.push(e);
         }
         Ok(out)
