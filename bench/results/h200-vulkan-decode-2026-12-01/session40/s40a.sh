@@ -4,11 +4,10 @@
 # drops it), the indirect attention dispatch (STRATA_VULKAN_ATTENTION_DIRECT=S: a direct one of
 # S splits a head), and binding each dispatch's pipeline and push constants before its barrier.
 cd "$(dirname "$0")/../../../.."
-source bench/results/h200-vulkan-decode-2026-12-01/session38/common.sh >/dev/null 2>&1
+source bench/results/h200-vulkan-decode-2026-12-01/session40/common.sh
 synth Q4_1 >/dev/null
 G=STRATA_ATTENTION_GQA_FROM=off
 D=STRATA_VULKAN_ATTENTION_DIRECT=12
 B=STRATA_VULKAN_BIND_BEFORE_BARRIER=1
-short() { sed 's/weight bytes read per decode step: [0-9.]* MB, plus [0-9.]* KB of KV per cell of context //'; }
 ab Q4_1 512 X=1 $G $G,$D $B $G,$D,$B X=1 $G,$D,$B $G,STRATA_VULKAN_ATTENTION_DIRECT=16 2>&1 | short | tee $OUT/overheads-Q4_1.txt
 [ "$(left)" -gt 200 ] && synth Q4_K >/dev/null && ab Q4_K 512 X=1 $G,$D,$B X=1 $G,$D,$B 2>&1 | short | tee $OUT/overheads-Q4_K.txt

@@ -3,6 +3,5 @@
 # events (set after each dispatch, waited before the next) instead of pipeline barriers, beside
 # the barriers and the barrier-free modes, on a 7B Q4_K token's memory pattern.
 cd "$(dirname "$0")/../../../.."
-source bench/results/h200-vulkan-decode-2026-12-01/session38/common.sh >/dev/null 2>&1
-nvidia-smi --query-gpu=name --format=csv,noheader | tee $OUT/gpu.txt
+source bench/results/h200-vulkan-decode-2026-12-01/session40/common.sh
 .carry/stage_chain 0 7b 396 2>&1 | tee $OUT/probe.txt
