@@ -756,6 +756,12 @@ impl Drop for Pipelines {
     }
 }
 
+/// The memory dependency between two stages of a step: every earlier shader write visible to
+/// every later shader access ([`Recorder::barrier`]'s, and the stage probe's event waits').
+pub(crate) fn shader_writes_visible() -> vk::MemoryBarrier<'static> {
+    vk::MemoryBarrier::default().src_access_mask(vk::AccessFlags::SHADER_WRITE).dst_access_mask(vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE)
+}
+
 /// Records dispatches into one command buffer.
 pub struct Recorder<'a> {
     pub(crate) device: &'a ash::Device,
@@ -840,7 +846,7 @@ impl<'a> Recorder<'a> {
     /// Makes every earlier shader write visible to every later shader read.
     pub fn barrier(&mut self) {
         self.owed_barrier = false;
-        let mb = vk::MemoryBarrier::default().src_access_mask(vk::AccessFlags::SHADER_WRITE).dst_access_mask(vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE);
+        let mb = shader_writes_visible();
         // SAFETY: recording.
         unsafe { self.device.cmd_pipeline_barrier(self.cb, vk::PipelineStageFlags::COMPUTE_SHADER, vk::PipelineStageFlags::COMPUTE_SHADER, vk::DependencyFlags::empty(), &[mb], &[], &[]) };
     }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use ash::vk;
 
-use super::kernels::{Kernel, Pipelines, Push, Recorder};
+use super::kernels::{shader_writes_visible, Kernel, Pipelines, Push, Recorder};
 use super::memory::{Buffer, MemoryKind, OneShot};
 use super::VulkanContext;
 use crate::DeviceError;
@@ -269,7 +269,7 @@ impl ProbeEvents {
     /// `cb` is recording on `device`, and no pending submission uses the events.
     unsafe fn reset_all(&self, device: &ash::Device, cb: vk::CommandBuffer) {
         let all = vk::PipelineStageFlags::ALL_COMMANDS;
-        let mb = vk::MemoryBarrier::default().src_access_mask(vk::AccessFlags::SHADER_WRITE).dst_access_mask(vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE);
+        let mb = shader_writes_visible();
         // SAFETY: the caller's.
         unsafe {
             device.cmd_pipeline_barrier(cb, all, all, vk::DependencyFlags::empty(), &[mb], &[], &[]);
@@ -292,7 +292,7 @@ impl ProbeEvents {
     /// # Safety
     /// As [`ProbeEvents::set`].
     unsafe fn wait(&self, device: &ash::Device, cb: vk::CommandBuffer, k: usize) {
-        let mb = vk::MemoryBarrier::default().src_access_mask(vk::AccessFlags::SHADER_WRITE).dst_access_mask(vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE);
+        let mb = shader_writes_visible();
         // SAFETY: the caller's.
         unsafe { device.cmd_wait_events(cb, &[self.events[k]], vk::PipelineStageFlags::COMPUTE_SHADER, vk::PipelineStageFlags::COMPUTE_SHADER, &[mb], &[], &[]) };
     }
