@@ -28,6 +28,7 @@ fn main() {
     println!("cargo:rerun-if-changed={SHADER_DIR}");
     println!("cargo:rerun-if-env-changed=GLSLC");
     println!("cargo:rerun-if-env-changed=STRATA_MATVEC1_ROWS");
+    println!("cargo:rerun-if-env-changed=STRATA_SHADER_TIMELINE");
     // Rows per subgroup of the one-token matrix-vector kernel (a tuning knob for experiments).
     let rows1 = std::env::var("STRATA_MATVEC1_ROWS").ok().and_then(|v| v.parse::<u32>().ok()).filter(|r| (1..=8).contains(r)).unwrap_or(4);
     println!("cargo:rustc-env=STRATA_MATVEC1_ROWS={rows1}");
@@ -202,6 +203,22 @@ fn compile_with(glslc: &str, name: &str, output: &str, defines: &[&str], out: &P
     cmd.args(["--target-env=vulkan1.2", "-O", "-Werror"]);
     for d in defines {
         cmd.arg(format!("-D{d}"));
+    }
+    // Workgroup timeline builds (common.glsl's TIMELINE): a developer's tool for measuring where a
+    // step's time goes between and inside dispatches, never the default.
+    // `sm` also records NVIDIA's SM index (VK_NV_shader_sm_builtins, which other devices lack).
+    match std::env::var("STRATA_SHADER_TIMELINE").as_deref() {
+        Ok("1") => {
+            cmd.arg("-DTIMELINE");
+        }
+        // (Debian 12's glslc crashes on the SM index in the exact mode's f64 builds.)
+        Ok("sm") if defines.iter().any(|d| d.starts_with("F64")) => {
+            cmd.arg("-DTIMELINE");
+        }
+        Ok("sm") => {
+            cmd.args(["-DTIMELINE", "-DTIMELINE_SM"]);
+        }
+        _ => {}
     }
     cmd.arg(&src).arg("-o").arg(&spv);
     let status = cmd.status().unwrap_or_else(|e| {

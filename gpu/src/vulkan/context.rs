@@ -145,6 +145,9 @@ pub struct VulkanContext {
     pub(crate) exact: bool,
     /// The lane order of the exact mode's Q4_K products: the CPU device's on this host.
     pub(crate) exact_k_order: super::kernels::KQuantOrder,
+    /// The workgroup timeline's record buffer, when one was asked for (`STRATA_VULKAN_TIMELINE`)
+    /// and the device has a device-scope shader clock.
+    pub(crate) workgroup_timeline: Option<super::timeline::WorkgroupTimeline>,
 }
 
 /// The Vulkan loader and an instance, created once and never destroyed ([`take_instance`]).
@@ -342,6 +345,29 @@ impl VulkanContext {
         if integer_dot_product {
             extensions.push(EXT_INTEGER_DOT_PRODUCT.as_ptr());
         }
+        let timeline_path = super::timeline::requested_path();
+        // SAFETY (the extension listing): as above.
+        let has_clock = timeline_path.is_some() && unsafe { instance.enumerate_device_extension_properties(pd) }.is_ok_and(|e| e.iter().any(|x| x.extension_name_as_c_str().is_ok_and(|n| n == super::timeline::EXT_SHADER_CLOCK))) && {
+            let mut clock = vk::PhysicalDeviceShaderClockFeaturesKHR::default();
+            let mut features2 = vk::PhysicalDeviceFeatures2::default().push_next(&mut clock);
+            // SAFETY: `pd` belongs to the instance; the chain outlives the call.
+            unsafe { instance.get_physical_device_features2(pd, &mut features2) };
+            clock.shader_device_clock == vk::TRUE
+        };
+        if timeline_path.is_some() && !has_clock {
+            tracing::warn!(device = %name, "STRATA_VULKAN_TIMELINE needs VK_KHR_shader_clock's device clock; no timeline");
+        }
+        // NVIDIA's SM index for `STRATA_SHADER_TIMELINE=sm` builds.
+        // SAFETY: as above.
+        let has_sm_builtins = has_clock && unsafe { instance.enumerate_device_extension_properties(pd) }.is_ok_and(|e| e.iter().any(|x| x.extension_name_as_c_str().is_ok_and(|n| n == super::timeline::EXT_SM_BUILTINS)));
+        if has_clock {
+            extensions.push(super::timeline::EXT_SHADER_CLOCK.as_ptr());
+        }
+        if has_sm_builtins {
+            extensions.push(super::timeline::EXT_SM_BUILTINS.as_ptr());
+        }
+        let mut sm_features = vk::PhysicalDeviceShaderSMBuiltinsFeaturesNV::default().shader_sm_builtins(true);
+        let mut clock_features = vk::PhysicalDeviceShaderClockFeaturesKHR::default().shader_device_clock(true);
         let mut dot_features = vk::PhysicalDeviceShaderIntegerDotProductFeatures::default().shader_integer_dot_product(true);
         let mut stats_features = vk::PhysicalDevicePipelineExecutablePropertiesFeaturesKHR::default().pipeline_executable_info(true);
         // The exact mode rounds divisions and square roots through f64, and on llvmpipe
@@ -374,6 +400,12 @@ impl VulkanContext {
         if integer_dot_product {
             create = create.push_next(&mut dot_features);
         }
+        if has_clock {
+            create = create.push_next(&mut clock_features);
+        }
+        if has_sm_builtins {
+            create = create.push_next(&mut sm_features);
+        }
         // SAFETY: `pd` belongs to the instance; the create info and its chain outlive the call;
         // every feature and extension enabled was checked present above.
         let device = unsafe { instance.create_device(pd, &create, None) }.map_err(|e| vk_error(&name, "vkCreateDevice", e))?;
@@ -384,8 +416,18 @@ impl VulkanContext {
         let host_import = info.has(EXT_EXTERNAL_MEMORY_HOST).then(|| ash::ext::external_memory_host::Device::new(instance, &device));
         let memory_fd = info.has(EXT_EXTERNAL_MEMORY_FD).then(|| ash::khr::external_memory_fd::Device::new(instance, &device));
         let pipeline_stats = has_stats.then(|| ash::khr::pipeline_executable_properties::Device::new(instance, &device));
+        let workgroup_timeline = match timeline_path.filter(|_| has_clock) {
+            Some(path) => match super::timeline::WorkgroupTimeline::new(&device, &memory_properties, &name, path) {
+                Ok(t) => Some(t),
+                Err(e) => {
+                    tracing::warn!(device = %name, error = %e, "no workgroup timeline");
+                    None
+                }
+            },
+            None => None,
+        };
         tracing::info!(device = %name, gpu = %info.name, driver = %info.driver, subgroup = info.subgroup_size, integer_dot_product, "Vulkan device opened");
-        Ok(VulkanContext { pooled, device, queue, queue_family, info, memory_properties, host_import, memory_fd, pipeline_stats, integer_dot_product, variant, exact, exact_k_order })
+        Ok(VulkanContext { pooled, device, queue, queue_family, info, memory_properties, host_import, memory_fd, pipeline_stats, integer_dot_product, variant, exact, exact_k_order, workgroup_timeline })
     }
 
     /// The device's description.
@@ -430,6 +472,9 @@ impl Drop for VulkanContext {
         // `Arc<VulkanContext>`, so they are gone by now; wait for the queue before destroying.
         unsafe {
             let _ = self.device.device_wait_idle();
+            if let Some(t) = &self.workgroup_timeline {
+                t.destroy(&self.device);
+            }
             self.device.destroy_device(None);
         }
         give_back_instance(self.pooled);

@@ -675,7 +675,16 @@ impl Pipelines {
         let d = &self.ctx.device;
         // SAFETY: valid SPIR-V, as the caller promised.
         let module = unsafe { d.create_shader_module(&vk::ShaderModuleCreateInfo::default().code(&words), None) }.map_err(|e| vk_error(&name, "vkCreateShaderModule", e))?;
-        let stage = vk::PipelineShaderStageCreateInfo::default().stage(vk::ShaderStageFlags::COMPUTE).module(module).name(c"main");
+        // Workgroup timeline builds read their record buffer and kernel id from constants
+        // 240-243 (constants a module lacks are ignored).
+        let timeline_constants = self.ctx.workgroup_timeline.as_ref().map(|t| t.constants(what));
+        let entries: Vec<vk::SpecializationMapEntry> = (0..4u32).map(|i| vk::SpecializationMapEntry { constant_id: 240 + i, offset: 4 * i, size: 4 }).collect();
+        let data: Vec<u8> = timeline_constants.iter().flatten().flat_map(|w| w.to_le_bytes()).collect();
+        let specialization = vk::SpecializationInfo::default().map_entries(&entries).data(&data);
+        let mut stage = vk::PipelineShaderStageCreateInfo::default().stage(vk::ShaderStageFlags::COMPUTE).module(module).name(c"main");
+        if timeline_constants.is_some() {
+            stage = stage.specialization_info(&specialization);
+        }
         let mut info = vk::ComputePipelineCreateInfo::default().stage(stage).layout(self.layout);
         if self.ctx.pipeline_stats.is_some() {
             info = info.flags(vk::PipelineCreateFlags::CAPTURE_STATISTICS_KHR);

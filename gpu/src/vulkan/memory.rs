@@ -406,6 +406,9 @@ pub struct Timeline {
     value: u64,
     /// Poll the semaphore before blocking on it (`STRATA_VULKAN_WAIT=block` turns it off).
     spin: bool,
+    /// Whether its submissions are the ones a workgroup timeline counts and records (a plan's
+    /// steps, not uploads).
+    timeline_steps: bool,
 }
 
 impl Timeline {
@@ -417,7 +420,22 @@ impl Timeline {
         // SAFETY: valid device (timelineSemaphore enabled) and create info.
         let semaphore = unsafe { ctx.device.create_semaphore(&info, None) }.map_err(|e| vk_error(&ctx.name(), "vkCreateSemaphore", e))?;
         let spin = !ctx.info.is_cpu() && std::env::var("STRATA_VULKAN_WAIT").as_deref() != Ok("block");
-        Ok(Timeline { ctx: ctx.clone(), semaphore, value: 0, spin })
+        Ok(Timeline { ctx: ctx.clone(), semaphore, value: 0, spin, timeline_steps: false })
+    }
+
+    /// A timeline whose submissions a workgroup timeline (`STRATA_VULKAN_TIMELINE`) counts and
+    /// may record: a plan's steps.
+    ///
+    /// # Errors
+    /// As [`Timeline::new`].
+    pub fn for_steps(ctx: &Arc<VulkanContext>) -> Result<Timeline, DeviceError> {
+        let mut timeline = Timeline::new(ctx)?;
+        timeline.timeline_steps = true;
+        Ok(timeline)
+    }
+
+    fn workgroup_timeline(&self) -> Option<&crate::vulkan::timeline::WorkgroupTimeline> {
+        self.ctx.workgroup_timeline.as_ref().filter(|_| self.timeline_steps)
     }
 
     /// Submits one recorded command buffer that signals the next value, and waits for that value.
@@ -437,6 +455,15 @@ impl Timeline {
     /// # Errors
     /// A Vulkan failure submitting it (nothing is then pending).
     pub fn submit(&mut self, cb: vk::CommandBuffer) -> Result<u64, DeviceError> {
+        let recorded = match self.workgroup_timeline() {
+            Some(t) if t.records_next() => {
+                // The recorded submission runs alone: every earlier one has completed.
+                self.wait(self.value)?;
+                t.arm();
+                true
+            }
+            _ => false,
+        };
         let ctx = &self.ctx;
         let target = self.value + 1;
         let cbs = [cb];
@@ -448,6 +475,9 @@ impl Timeline {
         // semaphore's value only grows.
         unsafe { ctx.device.queue_submit(ctx.queue, &[submit], vk::Fence::null()) }.map_err(|e| vk_error(&ctx.name(), "vkQueueSubmit", e))?;
         self.value = target;
+        if let Some(t) = self.workgroup_timeline() {
+            t.submitted(recorded, target);
+        }
         Ok(target)
     }
 
@@ -461,6 +491,14 @@ impl Timeline {
     /// # Errors
     /// A Vulkan failure, a lost device, or a wait that runs past [`FENCE_TIMEOUT`].
     pub fn wait(&self, target: u64) -> Result<(), DeviceError> {
+        self.wait_for(target)?;
+        if let Some(t) = self.workgroup_timeline() {
+            t.completed(target);
+        }
+        Ok(())
+    }
+
+    fn wait_for(&self, target: u64) -> Result<(), DeviceError> {
         let ctx = &self.ctx;
         let name = ctx.name();
         let signals = [self.semaphore];

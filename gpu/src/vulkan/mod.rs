@@ -9,6 +9,7 @@
 //! | [`plan`] | the forward graph compiled into recorded command buffers |
 //! | [`ops`] | single ops on the device, for checking each against the CPU |
 //! | [`probe`] | measurements of the device alone (what a stage boundary costs) |
+//! | [`timeline`] | workgroup timelines of a submission (a developer's tool) |
 //! | `shaders/` | the GLSL compute shaders (SPIR-V made by `build.rs` with `glslc`) |
 
 pub mod context;
@@ -18,6 +19,7 @@ pub mod memory;
 pub mod ops;
 pub mod plan;
 pub mod probe;
+pub mod timeline;
 
 pub use context::{instances_created, list_devices, ContextOptions, DeviceInfo, VulkanContext};
 pub use memory::VulkanKvMemory;

@@ -538,7 +538,7 @@ impl CommandCache {
         let info = vk::CommandPoolCreateInfo::default().queue_family_index(ctx.queue_family);
         // SAFETY: valid device and create info.
         let pool = unsafe { ctx.device.create_command_pool(&info, None) }.map_err(|e| vk_error(&name, "vkCreateCommandPool", e))?;
-        Ok(CommandCache { ctx: ctx.clone(), pool, timeline: Timeline::new(ctx)?, recorded: HashMap::new() })
+        Ok(CommandCache { ctx: ctx.clone(), pool, timeline: Timeline::for_steps(ctx)?, recorded: HashMap::new() })
     }
 
     /// Frees every recorded command buffer (the cache is full).

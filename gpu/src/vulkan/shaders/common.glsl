@@ -322,3 +322,46 @@ uvec2 q4k_scale_min(uint w0, uint w1, uint w2, uint j) {
     uint b = ((j < 4u ? w0 : w1) >> (8u * (j % 4u))) & 0xFFu;
     return uvec2(b & 63u, (b >> 6) | (((w2 >> (4u * j)) & 15u) << 2));
 }
+
+#if defined(TIMELINE)
+// Workgroup timeline builds (build.rs with STRATA_SHADER_TIMELINE=1 or sm; a developer's tool, never
+// the default): every workgroup records its kernel, its index, and the device clock (ns) when
+// it started and when its last invocation finished, into the buffer at the address the host
+// gives as specialization constants (0: record nothing). The slot comes from an atomic taken at
+// the start, so its latency hides behind the work and only a store is added at the end. The
+// kernel's own `main` becomes `strata_main`, called from the recording one.
+#extension GL_EXT_shader_realtime_clock : require
+#if defined(TIMELINE_SM)
+// (STRATA_SHADER_TIMELINE=sm: NVIDIA's SM index too, VK_NV_shader_sm_builtins.)
+#extension GL_NV_shader_sm_builtins : require
+#define TIMELINE_SM_ID gl_SMIDNV
+#else
+#define TIMELINE_SM_ID 0u
+#endif
+layout(constant_id = 240) const uint TIMELINE_ADDRESS_LO = 0;
+layout(constant_id = 241) const uint TIMELINE_ADDRESS_HI = 0;
+layout(constant_id = 242) const uint TIMELINE_KERNEL = 0;
+layout(constant_id = 243) const uint TIMELINE_CAPACITY = 0;
+// Word 0 counts the workgroups that took a slot; records (two uvec4 each) start at byte 16.
+layout(buffer_reference, std430, buffer_reference_align = 16) buffer TimelineRecords { uint taken; uint pad0; uint pad1; uint pad2; uvec4 records[]; };
+void strata_main();
+void main() {
+    bool recording = (TIMELINE_ADDRESS_LO | TIMELINE_ADDRESS_HI) != 0u && gl_LocalInvocationIndex == 0u;
+    TimelineRecords timeline = TimelineRecords(packUint2x32(uvec2(TIMELINE_ADDRESS_LO, TIMELINE_ADDRESS_HI)));
+    uint slot = 0xFFFFFFFFu;
+    uvec2 started = uvec2(0);
+    if (recording) {
+        started = clockRealtime2x32EXT();
+        slot = atomicAdd(timeline.taken, 1u);
+    }
+    strata_main();
+    barrier();
+    if (recording && slot < TIMELINE_CAPACITY) {
+        uvec2 ended = clockRealtime2x32EXT();
+        uint group = gl_WorkGroupID.x + gl_NumWorkGroups.x * (gl_WorkGroupID.y + gl_NumWorkGroups.y * gl_WorkGroupID.z);
+        timeline.records[2u * slot] = uvec4(TIMELINE_KERNEL, group, started.x, started.y);
+        timeline.records[2u * slot + 1u] = uvec4(ended.x, ended.y, TIMELINE_SM_ID, 0u);
+    }
+}
+#define main strata_main
+#endif
