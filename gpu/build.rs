@@ -37,6 +37,8 @@ fn main() {
     for name in PLAIN {
         compile(&glslc, name, None, &out);
     }
+    // The workgroup timeline's test kernel, in every build (vulkan::timeline).
+    compile_with(&glslc, "read_bandwidth", "read_bandwidth_timeline", &["TIMELINE"], &out);
     compile_with(&glslc, "stage_chain", "stage_chain_copy", &["COPY"], &out);
     compile_with(&glslc, "stage_chain", "stage_chain_big_shared", &["BIG_SHARED"], &out);
     // Kernels whose divisions, square roots or fused multiply-adds must round as the CPU's have

@@ -435,6 +435,12 @@ impl VulkanContext {
         &self.info
     }
 
+    /// Whether this context records a workgroup timeline (`STRATA_VULKAN_TIMELINE` was set when
+    /// it was opened, and the device has a device-scope shader clock).
+    pub fn records_workgroup_timeline(&self) -> bool {
+        self.workgroup_timeline.is_some()
+    }
+
     /// Whether the decode products multiply 8-bit activations with integer dot products here.
     pub fn uses_integer_dot_product(&self) -> bool {
         self.integer_dot_product

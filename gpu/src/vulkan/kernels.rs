@@ -119,6 +119,9 @@ pub enum Kernel {
     /// sampling step's candidates, top_k.comp).
     TopK,
     ReadBandwidth,
+    /// read_bandwidth.comp built with common.glsl's `TIMELINE` whatever the build: the workgroup
+    /// timeline's test records it (needs a context with a timeline, `STRATA_VULKAN_TIMELINE`).
+    ReadBandwidthTimeline,
     /// The rounding helpers of the device's build (common.glsl's div_rn, fma_once, sqrt_rn) on
     /// arrays of inputs, for tests (rounding_check.comp).
     RoundingCheck,
@@ -543,6 +546,7 @@ impl Kernel {
             Kernel::Argmax => spv!("argmax"),
             Kernel::TopK => spv!("top_k"),
             Kernel::ReadBandwidth => spv!("read_bandwidth"),
+            Kernel::ReadBandwidthTimeline => spv!("read_bandwidth_timeline"),
             Kernel::RoundingCheck => rounding!("rounding_check", v),
             Kernel::PrefetchL2 => spv!("prefetch_l2"),
             Kernel::StageChain => spv!("stage_chain"),

@@ -380,6 +380,17 @@ impl OneShot {
         Ok(OneShot { ctx: ctx.clone(), pool, cb, timeline: Timeline::new(ctx)? })
     }
 
+    /// A one-shot whose submissions a workgroup timeline counts as steps, as a plan's
+    /// (`STRATA_VULKAN_TIMELINE`; its test records a kernel through one).
+    ///
+    /// # Errors
+    /// As [`OneShot::new`].
+    pub fn counted_as_steps(ctx: &Arc<VulkanContext>) -> Result<OneShot, DeviceError> {
+        let mut oneshot = OneShot::new(ctx)?;
+        oneshot.timeline.timeline_steps = true;
+        Ok(oneshot)
+    }
+
     /// Records with `record`, submits, and waits.
     ///
     /// # Errors
