@@ -930,14 +930,15 @@ impl<'a> Recorder<'a> {
     pub fn copy_to_host(&mut self, copies: &[(vk::Buffer, u64, u64, u64)], dst: vk::Buffer) {
         self.pay_barrier();
         let before = vk::MemoryBarrier::default().src_access_mask(vk::AccessFlags::SHADER_WRITE).dst_access_mask(vk::AccessFlags::TRANSFER_READ);
-        let after = vk::MemoryBarrier::default().src_access_mask(vk::AccessFlags::TRANSFER_WRITE).dst_access_mask(vk::AccessFlags::HOST_READ);
+        // (Shader writes too: a workgroup timeline's records, which the host reads after the step.)
+        let after = vk::MemoryBarrier::default().src_access_mask(vk::AccessFlags::TRANSFER_WRITE | vk::AccessFlags::SHADER_WRITE).dst_access_mask(vk::AccessFlags::HOST_READ);
         // SAFETY: recording; both buffers are live and the region lies inside both.
         unsafe {
             self.device.cmd_pipeline_barrier(self.cb, vk::PipelineStageFlags::COMPUTE_SHADER, vk::PipelineStageFlags::TRANSFER, vk::DependencyFlags::empty(), &[before], &[], &[]);
             for &(src, src_offset, dst_offset, size) in copies {
                 self.device.cmd_copy_buffer(self.cb, src, dst, &[vk::BufferCopy { src_offset, dst_offset, size }]);
             }
-            self.device.cmd_pipeline_barrier(self.cb, vk::PipelineStageFlags::TRANSFER, vk::PipelineStageFlags::HOST, vk::DependencyFlags::empty(), &[after], &[], &[]);
+            self.device.cmd_pipeline_barrier(self.cb, vk::PipelineStageFlags::TRANSFER | vk::PipelineStageFlags::COMPUTE_SHADER, vk::PipelineStageFlags::HOST, vk::DependencyFlags::empty(), &[after], &[], &[]);
         }
     }
 }

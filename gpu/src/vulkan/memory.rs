@@ -487,7 +487,7 @@ impl Timeline {
         unsafe { ctx.device.queue_submit(ctx.queue, &[submit], vk::Fence::null()) }.map_err(|e| vk_error(&ctx.name(), "vkQueueSubmit", e))?;
         self.value = target;
         if let Some(t) = self.workgroup_timeline() {
-            t.submitted(recorded, target);
+            t.submitted(recorded, self.semaphore, target);
         }
         Ok(target)
     }
@@ -504,7 +504,7 @@ impl Timeline {
     pub fn wait(&self, target: u64) -> Result<(), DeviceError> {
         self.wait_for(target)?;
         if let Some(t) = self.workgroup_timeline() {
-            t.completed(target);
+            t.completed(self.semaphore, target);
         }
         Ok(())
     }

@@ -46,8 +46,9 @@ pub struct WorkgroupTimeline {
     submissions: AtomicU64,
     /// Kernel names by id (a pipeline's id is its place here).
     names: Mutex<Vec<String>>,
-    /// The timeline value the recorded submission signals, while it has not been written out.
-    pending: Mutex<Option<u64>>,
+    /// The semaphore and value the recorded submission signals, while it has not been written
+    /// out (each plan has a semaphore of its own).
+    pending: Mutex<Option<(vk::Semaphore, u64)>>,
 }
 
 // SAFETY: the handles are plain values; the mapping is written only by the one thread that
@@ -138,11 +139,11 @@ impl WorkgroupTimeline {
         self.submissions.load(Ordering::Relaxed) == self.capture_at
     }
 
-    /// Called after each submission, with the value it signals.
-    pub(crate) fn submitted(&self, recorded: bool, value: u64) {
+    /// Called after each submission, with the semaphore and value it signals.
+    pub(crate) fn submitted(&self, recorded: bool, semaphore: vk::Semaphore, value: u64) {
         self.submissions.fetch_add(1, Ordering::Relaxed);
         if recorded {
-            *self.pending.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(value);
+            *self.pending.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some((semaphore, value));
         }
     }
 
@@ -151,11 +152,11 @@ impl WorkgroupTimeline {
         self.set_taken(0);
     }
 
-    /// Called after the timeline reached `reached`: writes the recorded submission's records out
+    /// Called after `semaphore` reached `reached`: writes the recorded submission's records out
     /// once it has completed, and stops recording.
-    pub(crate) fn completed(&self, reached: u64) {
+    pub(crate) fn completed(&self, semaphore: vk::Semaphore, reached: u64) {
         let mut pending = self.pending.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if !pending.is_some_and(|v| v <= reached) {
+        if !pending.is_some_and(|(s, v)| s == semaphore && v <= reached) {
             return;
         }
         *pending = None;
