@@ -336,8 +336,13 @@ impl VulkanContext {
             }
         }
         let profile = std::env::var("STRATA_VULKAN_PROFILE").is_ok_and(|v| v == "1");
+        // The device's extensions beyond the optional ones `info` lists, asked for by developers'
+        // switches (listed once, and only when one is set; an error lists none).
+        let timeline_path = super::timeline::requested_path();
         // SAFETY: as above.
-        let has_stats = profile && unsafe { instance.enumerate_device_extension_properties(pd) }.is_ok_and(|e| e.iter().any(|x| x.extension_name_as_c_str().is_ok_and(|n| n == EXT_PIPELINE_EXECUTABLE_PROPERTIES)));
+        let listed = if profile || timeline_path.is_some() { unsafe { instance.enumerate_device_extension_properties(pd) }.unwrap_or_default() } else { Vec::new() };
+        let lists = |ext: &CStr| listed.iter().any(|x| x.extension_name_as_c_str().is_ok_and(|n| n == ext));
+        let has_stats = profile && lists(EXT_PIPELINE_EXECUTABLE_PROPERTIES);
         if has_stats {
             extensions.push(EXT_PIPELINE_EXECUTABLE_PROPERTIES.as_ptr());
         }
@@ -345,9 +350,7 @@ impl VulkanContext {
         if integer_dot_product {
             extensions.push(EXT_INTEGER_DOT_PRODUCT.as_ptr());
         }
-        let timeline_path = super::timeline::requested_path();
-        // SAFETY (the extension listing): as above.
-        let has_clock = timeline_path.is_some() && unsafe { instance.enumerate_device_extension_properties(pd) }.is_ok_and(|e| e.iter().any(|x| x.extension_name_as_c_str().is_ok_and(|n| n == super::timeline::EXT_SHADER_CLOCK))) && {
+        let has_clock = timeline_path.is_some() && lists(super::timeline::EXT_SHADER_CLOCK) && {
             let mut clock = vk::PhysicalDeviceShaderClockFeaturesKHR::default();
             let mut features2 = vk::PhysicalDeviceFeatures2::default().push_next(&mut clock);
             // SAFETY: `pd` belongs to the instance; the chain outlives the call.
@@ -358,8 +361,7 @@ impl VulkanContext {
             tracing::warn!(device = %name, "STRATA_VULKAN_TIMELINE needs VK_KHR_shader_clock's device clock; no timeline");
         }
         // NVIDIA's SM index for `STRATA_SHADER_TIMELINE=sm` builds.
-        // SAFETY: as above.
-        let has_sm_builtins = has_clock && unsafe { instance.enumerate_device_extension_properties(pd) }.is_ok_and(|e| e.iter().any(|x| x.extension_name_as_c_str().is_ok_and(|n| n == super::timeline::EXT_SM_BUILTINS)));
+        let has_sm_builtins = has_clock && lists(super::timeline::EXT_SM_BUILTINS);
         if has_clock {
             extensions.push(super::timeline::EXT_SHADER_CLOCK.as_ptr());
         }
