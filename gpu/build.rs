@@ -53,6 +53,10 @@ fn main() {
             compile_with(&glslc, "quantize_act", &format!("swiglu_quantize_int_{act}{suffix}"), &with(&[define, "INT_OUT", "SWIGLU"]), &out);
             compile_with(&glslc, "quantize_act", &format!("combine_quantize_int_{act}{suffix}"), &with(&[define, "INT_OUT", "COMBINE"]), &out);
             compile_with(&glslc, "rms_norm_q", &format!("rms_norm_int_{act}{suffix}"), &with(&[define]), &out);
+            if defines.is_empty() {
+                // Reading the row tagged by the product before it (no barrier between them).
+                compile_with(&glslc, "rms_norm_q", &format!("rms_norm_int_{act}_tagged"), &[define, "TAGGED_IN"], &out);
+            }
             // Chained builds (shaders/chain.glsl) of the one-token step's staged kernels.
             compile_with(&glslc, "quantize_act", &format!("quantize_act_int_{act}{suffix}_chained"), &with(&[define, "INT_OUT", "CHAINED"]), &out);
             compile_with(&glslc, "rms_norm_q", &format!("rms_norm_int_{act}{suffix}_chained"), &with(&[define, "CHAINED"]), &out);
@@ -107,8 +111,11 @@ fn main() {
                 (format!("matvec_q1_r2_normout_{ty}_u2"), vec!["ROWS=2", "UNROLL2"]),
                 (format!("matvec_q1_r4_normout_{ty}_u2"), vec!["ROWS=4", "UNROLL2"]),
             ] {
-                let d: Vec<&str> = [t.as_str(), "NT=1", "NORM_EPILOGUE", act].into_iter().chain(defines).collect();
+                let d: Vec<&str> = [t.as_str(), "NT=1", "NORM_EPILOGUE", act].into_iter().chain(defines.iter().copied()).collect();
                 compile_with(&glslc, "matvec_q", &name, &d, &out);
+                // The same layouts writing their outputs tagged with the step (TAGGED_OUT).
+                let d: Vec<&str> = [t.as_str(), "NT=1", "TAGGED_OUT"].into_iter().chain(defines).collect();
+                compile_with(&glslc, "matvec_q", &name.replace("_normout", "_tagout"), &d, &out);
             }
             for (suffix, groups) in &PRODUCT_LAYOUTS[..2] {
                 let g = format!("GROUPS={groups}");

@@ -474,8 +474,8 @@ fn vulkan_lone_projections_in_128_lanes_agree_with_the_cpu() {
 /// of 4,608: down with 128 lanes a row and two items in flight, as a 7B shape's), 48 positions
 /// one token a step (three blocks of the arena; any position's wrong bit fails), with developer switch `knob` off ("0") and then on (`on`, with `on_too` set as well),
 /// and asserts that the switched path was taken (`recorded()`, a process-wide count, grew by at
-/// least `per_layer` a layer) and computed every logit of the staged path bit for bit.
-fn assert_switch_keeps_the_staged_bits(what: &str, knob: &str, on: &str, on_too: &[(&str, &str)], recorded: fn() -> u64, per_layer: u64) {
+/// least `at_least(layers)`) and computed every logit of the staged path bit for bit.
+fn assert_switch_keeps_the_staged_bits(what: &str, knob: &str, on: &str, on_too: &[(&str, &str)], recorded: fn() -> u64, at_least: fn(u64) -> u64) {
     let Some(i) = vulkan_index() else { return };
     let dir = std::env::temp_dir().join(format!("strata-vulkan-{}-{}", knob.to_lowercase(), std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
@@ -495,7 +495,7 @@ fn assert_switch_keeps_the_staged_bits(what: &str, knob: &str, on: &str, on_too:
         let switched = vulkan_logits_with(&model, i, knob, on, &tokens);
         let layers = model.hparams.n_layers as u64;
         let taken = recorded() - before;
-        assert!(taken >= per_layer * layers, "{name}: {what}: recorded {taken} times for {layers} layers");
+        assert!(taken >= at_least(layers), "{name}: {what}: recorded {taken} times for {layers} layers");
         let differ = switched.iter().zip(&staged).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
         eprintln!("{name}: {what}: {differ} of {} logits differ from the staged kernels' ({taken} recorded)", staged.len());
         assert_eq!(differ, 0, "{name}: {what} changes {differ} logits");
@@ -508,7 +508,7 @@ fn assert_switch_keeps_the_staged_bits(what: &str, knob: &str, on: &str, on_too:
 /// takes every virtual workgroup of each stage in turn) computes the staged kernels' bits.
 #[test]
 fn vulkan_persistent_feed_forward_computes_the_staged_bits() {
-    assert_switch_keeps_the_staged_bits("the persistent feed-forward half", "STRATA_VULKAN_PERSISTENT_FFN", "1", &[], strata_gpu::vulkan::persistent_ffn_recorded, 1);
+    assert_switch_keeps_the_staged_bits("the persistent feed-forward half", "STRATA_VULKAN_PERSISTENT_FFN", "1", &[], strata_gpu::vulkan::persistent_ffn_recorded, |layers| layers);
 }
 
 /// One-token steps whose norms, products and quantizer run chained (`STRATA_VULKAN_CHAIN=1`,
@@ -520,7 +520,7 @@ fn vulkan_persistent_feed_forward_computes_the_staged_bits() {
 /// two norms, QKV, the output projection, gate/up, the quantization and down are chained.
 #[test]
 fn vulkan_chained_stages_compute_the_staged_bits() {
-    assert_switch_keeps_the_staged_bits("chaining the stages", "STRATA_VULKAN_CHAIN", "1", &[("STRATA_VULKAN_CHAIN_GROUPS", "7")], strata_gpu::vulkan::chained_stages_recorded, 7);
+    assert_switch_keeps_the_staged_bits("chaining the stages", "STRATA_VULKAN_CHAIN", "1", &[("STRATA_VULKAN_CHAIN_GROUPS", "7")], strata_gpu::vulkan::chained_stages_recorded, |layers| 7 * layers);
 }
 
 /// One-token steps whose products wait on the small stage before them by its count instead of
@@ -530,7 +530,18 @@ fn vulkan_chained_stages_compute_the_staged_bits() {
 /// quantization and down are chained.
 #[test]
 fn vulkan_products_chained_to_small_stages_compute_the_staged_bits() {
-    assert_switch_keeps_the_staged_bits("chaining after small stages", "STRATA_VULKAN_CHAIN", "small", &[], strata_gpu::vulkan::chained_stages_recorded, 6);
+    assert_switch_keeps_the_staged_bits("chaining after small stages", "STRATA_VULKAN_CHAIN", "small", &[], strata_gpu::vulkan::chained_stages_recorded, |layers| 6 * layers);
+}
+
+/// One-token steps whose RMSNorms follow the residual-adding product before them with no
+/// pipeline barrier between the two (`STRATA_VULKAN_TAGGED_NORM=1`: the product also writes its
+/// row with the step's tag, and the norm waits for this step's tag on every element itself)
+/// compute the staged kernels' bits. Every norm after a residual add reads a tagged row: both of
+/// each layer's but the first layer's first (after the embedding). A norm
+/// that never sees its tags gives up, and the step fails.
+#[test]
+fn vulkan_tagged_norms_compute_the_staged_bits() {
+    assert_switch_keeps_the_staged_bits("tagged norms", "STRATA_VULKAN_TAGGED_NORM", "1", &[], strata_gpu::vulkan::tagged_norms_recorded, |layers| 2 * layers - 1);
 }
 
 /// Decode attention through the long-context kernel (a workgroup per KV head,

@@ -77,6 +77,11 @@ pub enum Kernel {
     /// product is a `...Scaled` kernel. Its records are rounded as this format's products read
     /// them.
     MatVecInt1NormOut(WeightFormat, u8, ProductLayout, bool),
+    /// A residual-adding one-token product (the builds [`Kernel::MatVecInt1NormOut`] has) that
+    /// also writes each output with the step's tag (matvec_q.comp TAGGED_OUT), for the
+    /// [`Kernel::RmsNormIntTagged`] recorded after it without a pipeline barrier
+    /// (`STRATA_VULKAN_TAGGED_NORM=1`).
+    MatVecInt1TaggedOut(WeightFormat, u8, ProductLayout, bool),
     /// MatVecIntRope whose input records hold `x * weight` of an RMSNorm done by a
     /// [`Kernel::MatVecInt1NormOut`]: it multiplies its outputs by the norm's scale.
     MatVecIntRopeScaled(WeightFormat, ProductLayout),
@@ -138,6 +143,10 @@ pub enum Kernel {
     QuantizeActInt(ActRounding),
     /// RMSNorm that also writes the normalized rows as 8-bit records (QuantizeActInt's output).
     RmsNormInt(ActRounding),
+    /// RmsNormInt of one row that a [`Kernel::MatVecInt1TaggedOut`] recorded right before it
+    /// (no pipeline barrier between them) writes with the step's tag: it waits for this step's
+    /// tags on every element itself (rms_norm_q.comp TAGGED_IN). Same bits as RmsNormInt.
+    RmsNormIntTagged(ActRounding),
     /// SwiGLU that also writes its output as 8-bit records (QuantizeActInt's output).
     SwiGluInt(ActRounding),
     /// The merge of attention's split results that also writes them as 8-bit records.
@@ -483,6 +492,15 @@ impl Kernel {
         }
     }
 
+    /// The build of this one-token product that also writes its outputs tagged with the step
+    /// ([`Kernel::MatVecInt1TaggedOut`]), where there is one.
+    pub fn with_tagged_out(self) -> Option<Kernel> {
+        match self.with_norm_out()? {
+            Kernel::MatVecInt1NormOut(f, rows, l, unrolled) => Some(Kernel::MatVecInt1TaggedOut(f, rows, l, unrolled)),
+            _ => None,
+        }
+    }
+
     /// The compiled SPIR-V of the build `v` selects.
     pub fn spirv(self, v: ShaderVariant) -> &'static [u8] {
         match self {
@@ -510,6 +528,13 @@ impl Kernel {
             Kernel::MatVecInt1NormOut(f, 4, ProductLayout::Lanes128, true) => per_int_format!(f, "matvec_q1_r4_normout", "_u2"),
             // (Not built: the host asks for the builds above only, `Kernel::with_norm_out`.)
             Kernel::MatVecInt1NormOut(..) => &[],
+            Kernel::MatVecInt1TaggedOut(f, 2, ProductLayout::Lanes128, false) => per_int_format!(f, "matvec_q1_r2_tagout"),
+            Kernel::MatVecInt1TaggedOut(f, 2, ProductLayout::Lanes64, false) => per_int_format!(f, "matvec_q1_r2_tagout", "_g2"),
+            Kernel::MatVecInt1TaggedOut(f, 4, ProductLayout::Lanes128, false) => per_int_format!(f, "matvec_q1_r4_tagout"),
+            Kernel::MatVecInt1TaggedOut(f, 2, ProductLayout::Lanes128, true) => per_int_format!(f, "matvec_q1_r2_tagout", "_u2"),
+            Kernel::MatVecInt1TaggedOut(f, 4, ProductLayout::Lanes128, true) => per_int_format!(f, "matvec_q1_r4_tagout", "_u2"),
+            // (Likewise, `Kernel::with_tagged_out`.)
+            Kernel::MatVecInt1TaggedOut(..) => &[],
             Kernel::MatVecIntRopeScaled(f, ProductLayout::Lanes128) => per_int_format!(f, "matvec_qkv_scaled"),
             Kernel::MatVecIntRopeScaled(f, ProductLayout::Lanes64) => per_int_format!(f, "matvec_qkv_scaled", "_g2"),
             Kernel::MatVecIntSwiGluF32Scaled(f, ProductLayout::Lanes128, 2) => per_int_format!(f, "matvec_swiglu_scaled", "_f32_p2"),
@@ -560,6 +585,9 @@ impl Kernel {
             Kernel::QuantizeActInt(ActRounding::Q8_K) => rounding!("quantize_act_int_q8_k", v),
             Kernel::RmsNormInt(ActRounding::Q8_0) => rounding!("rms_norm_int_q8_0", v),
             Kernel::RmsNormInt(ActRounding::Q8_K) => rounding!("rms_norm_int_q8_k", v),
+            // (The fast path's only: the host never records it in the exact mode.)
+            Kernel::RmsNormIntTagged(ActRounding::Q8_0) => spv!("rms_norm_int_q8_0_tagged"),
+            Kernel::RmsNormIntTagged(ActRounding::Q8_K) => spv!("rms_norm_int_q8_k_tagged"),
             Kernel::SwiGluInt(ActRounding::Q8_0) => rounding!("swiglu_quantize_int_q8_0", v),
             Kernel::SwiGluInt(ActRounding::Q8_K) => rounding!("swiglu_quantize_int_q8_k", v),
             Kernel::AttentionCombineInt(ActRounding::Q8_0) => rounding!("combine_quantize_int_q8_0", v),
@@ -609,6 +637,19 @@ impl Push {
     pub fn f32(mut self, v: f32) -> Push {
         self.words_started = true;
         self.bytes.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+
+    /// The tail of a tagged build's push constants (matvec_q.comp TAGGED_OUT, rms_norm_q.comp
+    /// TAGGED_IN): device addresses after the 32-bit values, each aligned to 8 bytes as the
+    /// shader's block lays it out.
+    pub fn tail_addrs(mut self, addrs: &[u64]) -> Push {
+        while !self.bytes.len().is_multiple_of(8) {
+            self.bytes.push(0);
+        }
+        for a in addrs {
+            self.bytes.extend_from_slice(&a.to_le_bytes());
+        }
         self
     }
 

@@ -302,6 +302,9 @@ struct ParamLayout {
 /// Word offsets in the header: n_splits, split_len, then the indirect attention dispatch.
 const HEADER_WORDS: usize = 16;
 pub(crate) const HEADER_ATTENTION_ARGS: usize = 4;
+/// Where the step header holds a one-token step's tag, which tagged outputs carry
+/// (`STRATA_VULKAN_TAGGED_NORM`).
+pub(crate) const HEADER_STEP_TAG: usize = 3;
 /// Where the step header holds the indirect dispatch of attention_decode.comp.
 pub(crate) const HEADER_ATTENTION_DECODE_ARGS: usize = 8;
 /// Where the step header holds the indirect dispatch of attention_decode_gqa.comp.
@@ -418,6 +421,13 @@ pub struct VulkanPlan {
     /// Chained steps' record slots ([`chain_record_slots`]) and the bytes of one.
     chain_records: Slice,
     chain_slot_bytes: u64,
+    /// Tagged rows (`STRATA_VULKAN_TAGGED_NORM`): one slot per RMSNorm of the graph, each
+    /// element as (its bits, the step's tag), and the bytes of one.
+    tagged_rows: Slice,
+    tagged_slot_bytes: u64,
+    /// The last one-token step's tag (header word [`HEADER_STEP_TAG`]; never 0, which the
+    /// tagged rows start with).
+    step_tag: u32,
     /// 8-bit records an epilogue writes while its kernel still reads `rounded` (fused SwiGLU).
     rounded_alt: Slice,
     rope_table: Slice,
@@ -789,7 +799,11 @@ impl VulkanPlan {
         // `chain_record_slots`).
         let chain_slot_bytes = int_act_record(widest_input).0.next_multiple_of(256) as u64;
         sizes.push(chain_slot_bytes * chain_record_slots(&graph.ops) as u64);
+        // Tagged rows: 8 bytes an element of the widest row an RMSNorm reads.
+        let tagged_slot_bytes = (graph.ops.iter().filter_map(|op| if let Op::RmsNorm { input, .. } = op { Some(graph.buffer(*input).width) } else { None }).max().unwrap_or(0) * 8).next_multiple_of(256) as u64;
+        sizes.push(tagged_slot_bytes * tagged_norm_slots(&graph.ops) as u64);
         let mut slices = arena.alloc_all(&sizes)?;
+        let tagged_rows = slices.pop().expect("allocated");
         let chain_records = slices.pop().expect("allocated");
         let counters = slices.pop().expect("allocated");
         let rounded_alt = slices.pop().expect("allocated");
@@ -809,6 +823,8 @@ impl VulkanPlan {
         // do the norm epilogue's tickets (each last workgroup resets its chunk's).
         uploader.upload(arena.buffer(&counters), counters.offset + counter_bytes(&graph) + 16, &[0u8; GRID_SYNC_BYTES as usize])?;
         uploader.upload(arena.buffer(&counters), counters.offset, &vec![0u8; counter_bytes(&graph) as usize])?;
+        // Tagged rows start with tag 0, which no step has.
+        uploader.upload(arena.buffer(&tagged_rows), tagged_rows.offset, &vec![0u8; tagged_rows.bytes as usize])?;
         uploader.flush()?;
 
         let max_blocks_per_seq = opts.max_context.div_ceil(opts.block_size);
@@ -837,6 +853,9 @@ impl VulkanPlan {
             counters,
             chain_records,
             chain_slot_bytes,
+            tagged_rows,
+            tagged_slot_bytes,
+            step_tag: 0,
             rounded_alt,
             rope_table,
             rounded: [rounded_0, rounded_k],
@@ -941,7 +960,13 @@ impl VulkanPlan {
         }
         let n_splits = max_len.div_ceil(split_len).max(long_splits);
         let hp = &self.graph.hparams;
-        let header = step_header(n_splits, split_len, n, hp.n_heads, hp.n_kv_heads, long);
+        let mut header = step_header(n_splits, split_len, n, hp.n_heads, hp.n_kv_heads, long);
+        if n == 1 {
+            // Every one-token step gets a tag of its own, so that a tagged row left by an
+            // earlier step never passes for this step's.
+            self.step_tag = self.step_tag.wrapping_add(1).max(1);
+            header[HEADER_STEP_TAG] = self.step_tag;
+        }
         let bytes = self.params[slot].mapped_mut().ok_or_else(|| unsupported(&self.ctx, "the parameter buffer is not mapped".into()))?;
         // The buffer is host-coherent and no pending submission reads it: plain writes.
         let words: &mut [u32] = &mut bytemuck_words(bytes)[base..];
@@ -1060,6 +1085,10 @@ impl VulkanPlan {
         let chain_offset = counters.offset + counter_bytes(graph) + 16 + GRID_SYNC_BYTES;
         let mut chain = ChainRecording::new(if n == 1 && steps == 1 && !ctx.exact { chain_mode() } else { None }, grid_sync + GRID_SYNC_BYTES, CHAIN_LINE_WORDS as u32);
         let mut record_slots = (0..chain_record_slots(ops) as u64).map(|i| self.chain_records.address + i * self.chain_slot_bytes);
+        // RMSNorms recorded right after the residual-adding product before them, with no
+        // barrier between them (opt-in; the one-token steps of the fast kernels).
+        let tagged_norms = n == 1 && !ctx.exact && !chain.enabled && op_stamps.is_none() && tagged_norm_knob();
+        let (tagged_rows, tagged_slot_bytes) = (self.tagged_rows.address, self.tagged_slot_bytes);
         if chain.enabled {
             rec.zero(counters_buffer, chain_offset, chain_bytes());
         }
@@ -1093,6 +1122,10 @@ impl VulkanPlan {
             // it, which scales its outputs by the norm.
             let mut norm_out_done: Option<u64> = None;
             let mut norm_scaled: Option<u64> = None;
+            // Set by a residual-adding product that wrote its row tagged (its slot), for the
+            // RMSNorm after it, recorded with no barrier between them.
+            let mut tagged_norm_input: Option<u64> = None;
+            let mut tagged_slots = (0..tagged_norm_slots(ops) as u64).map(|i| tagged_rows + i * tagged_slot_bytes);
             for (op_index, op) in ops.iter().enumerate() {
                 if skip_ops > 0 {
                     skip_ops -= 1;
@@ -1109,6 +1142,7 @@ impl VulkanPlan {
                         rec.dispatch(Kernel::Embed(w.layout.format), &push, crate::vulkan::kernels::embed_groups(n, w.cols))?;
                     }
                     Op::RmsNorm { input, weight, out } => {
+                        let tagged_in = tagged_norm_input.take();
                         if let Some(partials) = norm_out_done.take() {
                             // Done by the product before (its records in the spare buffer).
                             prequantized = Some(rounded_alt.address);
@@ -1177,10 +1211,22 @@ impl VulkanPlan {
                                 let (record_bytes, meta_offset) = int_act_record(width as usize);
                                 let records = chain.record_slot(&mut record_slots).unwrap_or(rounded[r as usize].address);
                                 let push = Push::new().addr(addr_of(*input)).addr(w).addr(addr_of(*out)).addr(records).u32(width).u32(1).u32(width).u32(out_width).f32(hp.rms_eps).u32(record_bytes as u32).u32(meta_offset as u32);
-                                chain.dispatch(&mut rec, Kernel::RmsNormInt(r), push, [rows as u32, 1, 1])?;
+                                match tagged_in {
+                                    Some(row) => {
+                                        rec.dispatch(Kernel::RmsNormIntTagged(r), &push.tail_addrs(&[row, p_header, grid_sync + 8]), [rows as u32, 1, 1])?;
+                                        // (Its give-ups are counted where the grid barriers' are.)
+                                        grid_barriers = true;
+                                        TAGGED_NORMS_RECORDED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                    }
+                                    None => chain.dispatch(&mut rec, Kernel::RmsNormInt(r), push, [rows as u32, 1, 1])?,
+                                }
                                 prequantized = Some(records);
                             }
                             None => {
+                                if tagged_in.is_some() {
+                                    // (The product before wrote its row with no barrier after it.)
+                                    rec.barrier();
+                                }
                                 let push = Push::new().addr(addr_of(*input)).addr(w).addr(addr_of(*out)).u32(width).u32(1).u32(width).u32(out_width).f32(hp.rms_eps);
                                 rec.dispatch(Kernel::RmsNorm, &push, [rows as u32, 1, 1])?;
                             }
@@ -1355,7 +1401,21 @@ impl VulkanPlan {
                                         norm_out_done = Some(norm_partials);
                                         NORM_EPILOGUES_RECORDED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                                     }
-                                    None => chain.dispatch(&mut rec, kernel, push, groups)?,
+                                    None => {
+                                        // The RMSNorm after the add reads this product's row
+                                        // tagged, recorded with no barrier between them.
+                                        let tagged = (tagged_norms && accumulate == 1 && matches!(ops.get(op_index + 2), Some(Op::RmsNorm { input, .. }) if *input == out))
+                                            .then(|| kernel.with_tagged_out())
+                                            .flatten()
+                                            .and_then(|k| Some((k, tagged_slots.next()?)));
+                                        match tagged {
+                                            Some((tagged_kernel, row)) => {
+                                                rec.dispatch(tagged_kernel, &push.tail_addrs(&[row, p_header]), groups)?;
+                                                tagged_norm_input = Some(row);
+                                            }
+                                            None => chain.dispatch(&mut rec, kernel, push, groups)?,
+                                        }
+                                    }
                                 }
                             } else {
                                 let push = Push::new().addr(w.address).addr(w.aux()).addr(x).addr(addr_of(p.out)).addr(bias).u32(w.rows as u32).u32(w.cols as u32).u32(rows_in as u32).u32(x_stride).u32(graph.buffer(p.out).width as u32);
@@ -1537,7 +1597,9 @@ impl VulkanPlan {
                         rec.dispatch(Kernel::SelectRows, &push, [n_out as u32, 1, 1])?;
                     }
                 }
-                chain.end_stage(&mut rec);
+                if tagged_norm_input.is_none() {
+                    chain.end_stage(&mut rec);
+                }
                 if let Some((pool, _)) = op_stamps {
                     rec.timestamp(pool, op_index as u32 + 1);
                 }
@@ -1828,6 +1890,31 @@ pub fn persistent_ffn_recorded() -> u64 {
 /// line is a stage that never counts), so a step chains at most CHAIN_LINE_WORDS - 1 stages.
 const CHAIN_LINES: u64 = 16;
 const CHAIN_LINE_WORDS: u64 = 1024;
+
+/// Whether one-token steps record each RMSNorm after a residual-adding product with no pipeline
+/// barrier between them (`STRATA_VULKAN_TAGGED_NORM=1`, opt-in, read at each recording): the
+/// product also writes its row with the step's tag ([`Kernel::MatVecInt1TaggedOut`]), and the
+/// norm's one workgroup, which the driver may start while the product still runs, waits for
+/// this step's tags itself ([`Kernel::RmsNormIntTagged`]): the norm's start and the barrier's
+/// gap overlap the product's end. Not with the other opt-in norm forms.
+fn tagged_norm_knob() -> bool {
+    std::env::var("STRATA_VULKAN_TAGGED_NORM").as_deref() == Ok("1")
+        && !["STRATA_VULKAN_NORM_EPILOGUE", "STRATA_VULKAN_NORM_PROLOGUE", "STRATA_VULKAN_PERSISTENT_FFN"].iter().any(|k| std::env::var(k).as_deref() == Ok("1"))
+}
+
+/// Tagged-row slots a step can use: one per RMSNorm of the graph.
+fn tagged_norm_slots(ops: &[Op]) -> usize {
+    ops.iter().filter(|op| matches!(op, Op::RmsNorm { .. })).count()
+}
+
+/// RMSNorms recorded reading a tagged row (`STRATA_VULKAN_TAGGED_NORM=1`) in this process: for
+/// tests that must know the path was taken.
+static TAGGED_NORMS_RECORDED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many RMSNorms reading a tagged row this process has recorded.
+pub fn tagged_norms_recorded() -> u64 {
+    TAGGED_NORMS_RECORDED.load(std::sync::atomic::Ordering::Relaxed)
+}
 
 /// Record slots a chained step can use: one per RMSNorm and SwiGLU of the graph (each writes the
 /// records of the product after it), and a spare.
@@ -2292,7 +2379,10 @@ impl VulkanPlan {
                 self.give_ups_seen = give_ups;
                 return Err(unsupported(
                     &self.ctx,
-                    format!("the persistent feed-forward dispatch's {} workgroups were not all resident at once (a grid barrier gave up); set STRATA_VULKAN_PERSISTENT_GROUPS lower or unset STRATA_VULKAN_PERSISTENT_FFN", grid_groups(&self.ctx)),
+                    format!(
+                        "a wait for another workgroup's results gave up: the persistent feed-forward dispatch's {} workgroups were not all resident at once (set STRATA_VULKAN_PERSISTENT_GROUPS lower or unset STRATA_VULKAN_PERSISTENT_FFN), or a tagged RMSNorm never saw the product before it finish (unset STRATA_VULKAN_TAGGED_NORM)",
+                        grid_groups(&self.ctx)
+                    ),
                 ));
             }
         }

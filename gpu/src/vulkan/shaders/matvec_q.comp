@@ -145,7 +145,17 @@ layout(push_constant) uniform Push {
     uint chain_expect;
     uint64_t chain;
 #endif
+#if defined(TAGGED_OUT)
+    // Each output again as (its bits, the step's tag), for the RMSNorm recorded right after
+    // this product without a pipeline barrier (rms_norm_q.comp TAGGED_IN), and the step header
+    // whose word 3 holds the tag.
+    uint64_t tagged;
+    uint64_t tag_header;
+#endif
 } pc;
+#endif
+#if defined(TAGGED_OUT) && (defined(NORM_EPILOGUE) || defined(CHAINED) || defined(QKV_ROPE) || defined(SWIGLU_PAIR) || NT != 1)
+#error "tagged outputs are built for the plain one-token residual-adding product"
 #endif
 
 layout(buffer_reference, std430, buffer_reference_align = 8) buffer U32x2s { uvec2 v[]; };
@@ -297,6 +307,11 @@ void norm_prologue() {
 
 #define PC(name) pc.name
 
+#if defined(TAGGED_OUT)
+// The step's tag (the step header's word 3), which the tagged outputs carry.
+uint step_tag;
+#endif
+
 #if defined(NORM_SCALE)
 // The RMSNorm scale 1 / sqrt(mean(x^2) + eps) of the row this product's records hold: the
 // product before it (a NORM_EPILOGUE build) quantized x * weight, which the scale does not
@@ -411,6 +426,10 @@ void main() {
     }
     chain_signal();
 #else
+#if defined(TAGGED_OUT)
+    // Loaded first: its latency then hides behind the product's.
+    step_tag = U32s(pc.tag_header).v[3];
+#endif
     units_of(gl_WorkGroupID.x);
 #endif
 }

@@ -254,7 +254,12 @@ void UNITS_FN(uint wg) {
             F32sC(PC(out_)).v[at] = PC(accumulate) != 0 ? IN_F32S(PC(out_)).v[at] + r : r;
             memoryBarrierBuffer();
 #else
-            F32s(PC(out_)).v[at] = PC(accumulate) != 0 ? IN_F32S(PC(out_)).v[at] + r : r;
+            float sum = PC(accumulate) != 0 ? IN_F32S(PC(out_)).v[at] + r : r;
+            F32s(PC(out_)).v[at] = sum;
+#if defined(TAGGED_OUT)
+            // One 8-byte store: the value and the proof that it is this step's arrive together.
+            U32x2s(PC(tagged)).v[at] = uvec2(floatBitsToUint(sum), step_tag);
+#endif
 #endif
         }
     }

@@ -33,7 +33,18 @@ layout(push_constant) uniform Push {
     uint chain_expect;
     uint64_t chain;
 #endif
+#if defined(TAGGED_IN)
+    // The row as the product before wrote it, (bits, tag) per element (matvec_q.comp
+    // TAGGED_OUT), the step header whose word 3 holds this step's tag, and the word that counts
+    // waits that gave up.
+    uint64_t tagged;
+    uint64_t tag_header;
+    uint64_t give_ups;
+#endif
 } pc;
+#if defined(TAGGED_IN) && (defined(CHAINED) || defined(F64))
+#error "the tagged build is the fast one-token norm"
+#endif
 
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer Vec4s { vec4 v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 8) buffer U32x2s { uvec2 v[]; };
@@ -58,6 +69,26 @@ shared SUM_T red[WG];
 #include "chain.glsl"
 #endif
 
+#if defined(TAGGED_IN)
+// Recorded right after the residual-adding product, with no pipeline barrier between them: the
+// driver may start this workgroup while the product still runs, so each element says by itself
+// whether it is this step's (its tag), and the reads go past the caches until all are.
+layout(buffer_reference, std430, buffer_reference_align = 16) volatile coherent buffer U32x4sV { uvec4 v[]; };
+// Polls before a lane gives up (a device that did not run the product's workgroups beside this
+// one): the wait is counted and the host fails the step, never a hang.
+#define TAG_SPIN_LIMIT (1u << 20)
+
+bool tags_are(uvec4 raw[RUNS][4], uint tag) {
+    bool fresh = true;
+    [[unroll]] for (uint k = 0; k < RUNS; k++) {
+        [[unroll]] for (uint q = 0; q < 4; q++) {
+            fresh = fresh && raw[k][q].y == tag && raw[k][q].w == tag;
+        }
+    }
+    return fresh;
+}
+#endif
+
 void main() {
 #if defined(CHAINED)
     chain_wait();
@@ -72,6 +103,47 @@ void main() {
     // Run k: elements 8 * (slot + k * WG) .. + 7, words 2 * (slot + k * WG) and the next.
     vec4 xv[RUNS][2];
     vec4 wv[RUNS][2];
+#if defined(TAGGED_IN)
+    [[unroll]] for (uint k = 0; k < RUNS; k++) {
+        [[unroll]] for (uint h = 0; h < 2; h++) {
+            uint word = 2 * (slot + k * WG) + h;
+            wv[k][h] = word < n_words ? w.v[word] : vec4(0.0);
+        }
+    }
+    uint tag = U32s(pc.tag_header).v[3];
+    // Element e of the row at uvec2 e: a uvec4 holds two (bits, tag) pairs; a run of eight is
+    // four of them. Past the row: zeros that pass for this step's.
+    U32x4sV tx = U32x4sV(pc.tagged + uint64_t(r * pc.in_stride) * 8);
+    uvec4 raw[RUNS][4];
+    [[unroll]] for (uint k = 0; k < RUNS; k++) {
+        [[unroll]] for (uint q = 0; q < 4; q++) {
+            uint pair = 4 * (slot + k * WG) + q;
+            raw[k][q] = 2 * pair < pc.width ? tx.v[pair] : uvec4(0u, tag, 0u, tag);
+        }
+    }
+    uint spins = 0u;
+    while (!tags_are(raw, tag) && spins < TAG_SPIN_LIMIT) {
+        spins++;
+        [[unroll]] for (uint k = 0; k < RUNS; k++) {
+            [[unroll]] for (uint q = 0; q < 4; q++) {
+                uint pair = 4 * (slot + k * WG) + q;
+                if (2 * pair < pc.width && (raw[k][q].y != tag || raw[k][q].w != tag)) {
+                    raw[k][q] = tx.v[pair];
+                }
+            }
+        }
+    }
+    if (spins >= TAG_SPIN_LIMIT) {
+        atomicAdd(U32s(pc.give_ups).v[0], 1u);
+    }
+    [[unroll]] for (uint k = 0; k < RUNS; k++) {
+        [[unroll]] for (uint h = 0; h < 2; h++) {
+            uvec4 a = raw[k][2 * h];
+            uvec4 b = raw[k][2 * h + 1];
+            xv[k][h] = uintBitsToFloat(uvec4(a.x, a.z, b.x, b.z));
+        }
+    }
+#else
     [[unroll]] for (uint k = 0; k < RUNS; k++) {
         [[unroll]] for (uint h = 0; h < 2; h++) {
             uint word = 2 * (slot + k * WG) + h;
@@ -79,6 +151,7 @@ void main() {
             wv[k][h] = word < n_words ? w.v[word] : vec4(0.0);
         }
     }
+#endif
 #if defined(F64)
     // As the CPU: each square rounded to f32, summed in f64 (in another order: the f64 sum then
     // rounds to the same f32 mean but in ~2^-28 of rows), the mean rounded to f32.
