@@ -56,6 +56,7 @@ fn main() {
             if defines.is_empty() {
                 // Reading the row tagged by the product before it (no barrier between them).
                 compile_with(&glslc, "rms_norm_q", &format!("rms_norm_int_{act}_tagged"), &[define, "TAGGED_IN"], &out);
+                compile_with(&glslc, "quantize_act", &format!("quantize_act_int_{act}_tagged"), &[define, "INT_OUT", "TAGGED_IN"], &out);
             }
             // Chained builds (shaders/chain.glsl) of the one-token step's staged kernels.
             compile_with(&glslc, "quantize_act", &format!("quantize_act_int_{act}{suffix}_chained"), &with(&[define, "INT_OUT", "CHAINED"]), &out);
@@ -119,6 +120,9 @@ fn main() {
             }
             for (suffix, groups) in &PRODUCT_LAYOUTS[..2] {
                 let g = format!("GROUPS={groups}");
+                // The f32 SwiGLU pair writing its row tagged with the step too (TAGGED_OUT).
+                compile_with(&glslc, "matvec_q", &format!("matvec_swiglu_tagout_{ty}_f32{suffix}"), &[&t, "NT=1", "ROWS=2", "SWIGLU_PAIR", "ACT_Q8_0", "NO_TICKET", "TAGGED_OUT", &g], &out);
+                compile_with(&glslc, "matvec_q", &format!("matvec_swiglu_tagout_{ty}_f32_p2{suffix}"), &[&t, "NT=1", "ROWS=4", "PAIRS=2", "SWIGLU_PAIR", "ACT_Q8_0", "NO_TICKET", "TAGGED_OUT", &g], &out);
                 compile_with(&glslc, "matvec_q", &format!("matvec_qkv_scaled_{ty}{suffix}"), &[&t, "NT=1", "ROWS=2", "QKV_ROPE", "NORM_SCALE", &g], &out);
                 compile_with(&glslc, "matvec_q", &format!("matvec_swiglu_scaled_{ty}_f32{suffix}"), &[&t, "NT=1", "ROWS=2", "SWIGLU_PAIR", "ACT_Q8_0", "NO_TICKET", "NORM_SCALE", &g], &out);
                 compile_with(&glslc, "matvec_q", &format!("matvec_swiglu_scaled_{ty}_f32_p2{suffix}"), &[&t, "NT=1", "ROWS=4", "PAIRS=2", "SWIGLU_PAIR", "ACT_Q8_0", "NO_TICKET", "NORM_SCALE", &g], &out);

@@ -544,6 +544,13 @@ fn vulkan_tagged_norms_compute_the_staged_bits() {
     assert_switch_keeps_the_staged_bits("tagged norms", "STRATA_VULKAN_TAGGED_NORM", "1", &[], strata_gpu::vulkan::tagged_norms_recorded, |layers| 2 * layers - 1);
 }
 
+/// The same for the SwiGLU row's quantization after the gate/up product
+/// (`STRATA_VULKAN_TAGGED_QUANT=1`), one a layer, beside the tagged norms.
+#[test]
+fn vulkan_tagged_quantizations_compute_the_staged_bits() {
+    assert_switch_keeps_the_staged_bits("tagged quantizations", "STRATA_VULKAN_TAGGED_QUANT", "1", &[("STRATA_VULKAN_TAGGED_NORM", "1")], strata_gpu::vulkan::tagged_quants_recorded, |layers| layers);
+}
+
 /// Decode attention through the long-context kernel (a workgroup per KV head,
 /// attention_decode_gqa.comp), switched on from 40 positions for this test: the logits of the
 /// tokens before that are the per-head kernel's bit for bit, and the others are as close to the

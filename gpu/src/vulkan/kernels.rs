@@ -82,6 +82,10 @@ pub enum Kernel {
     /// [`Kernel::RmsNormIntTagged`] recorded after it without a pipeline barrier
     /// (`STRATA_VULKAN_TAGGED_NORM=1`).
     MatVecInt1TaggedOut(WeightFormat, u8, ProductLayout, bool),
+    /// [`Kernel::MatVecIntSwiGluF32`] (128 or 64 lanes a row) that also writes the SwiGLU row
+    /// tagged with the step, for the [`Kernel::QuantizeActIntTagged`] recorded after it without
+    /// a pipeline barrier (`STRATA_VULKAN_TAGGED_QUANT=1`).
+    MatVecIntSwiGluF32TaggedOut(WeightFormat, ProductLayout, u8),
     /// MatVecIntRope whose input records hold `x * weight` of an RMSNorm done by a
     /// [`Kernel::MatVecInt1NormOut`]: it multiplies its outputs by the norm's scale.
     MatVecIntRopeScaled(WeightFormat, ProductLayout),
@@ -147,6 +151,9 @@ pub enum Kernel {
     /// (no pipeline barrier between them) writes with the step's tag: it waits for this step's
     /// tags on every element itself (rms_norm_q.comp TAGGED_IN). Same bits as RmsNormInt.
     RmsNormIntTagged(ActRounding),
+    /// QuantizeActInt of one row that a [`Kernel::MatVecIntSwiGluF32TaggedOut`] recorded right
+    /// before it writes with the step's tag (quantize_act.comp TAGGED_IN). Same bits.
+    QuantizeActIntTagged(ActRounding),
     /// SwiGLU that also writes its output as 8-bit records (QuantizeActInt's output).
     SwiGluInt(ActRounding),
     /// The merge of attention's split results that also writes them as 8-bit records.
@@ -495,9 +502,12 @@ impl Kernel {
     /// The build of this one-token product that also writes its outputs tagged with the step
     /// ([`Kernel::MatVecInt1TaggedOut`]), where there is one.
     pub fn with_tagged_out(self) -> Option<Kernel> {
-        match self.with_norm_out()? {
-            Kernel::MatVecInt1NormOut(f, rows, l, unrolled) => Some(Kernel::MatVecInt1TaggedOut(f, rows, l, unrolled)),
-            _ => None,
+        match self {
+            Kernel::MatVecIntSwiGluF32(f, l @ (ProductLayout::Lanes128 | ProductLayout::Lanes64), pairs) => Some(Kernel::MatVecIntSwiGluF32TaggedOut(f, l, pairs)),
+            _ => match self.with_norm_out()? {
+                Kernel::MatVecInt1NormOut(f, rows, l, unrolled) => Some(Kernel::MatVecInt1TaggedOut(f, rows, l, unrolled)),
+                _ => None,
+            },
         }
     }
 
@@ -533,8 +543,12 @@ impl Kernel {
             Kernel::MatVecInt1TaggedOut(f, 4, ProductLayout::Lanes128, false) => per_int_format!(f, "matvec_q1_r4_tagout"),
             Kernel::MatVecInt1TaggedOut(f, 2, ProductLayout::Lanes128, true) => per_int_format!(f, "matvec_q1_r2_tagout", "_u2"),
             Kernel::MatVecInt1TaggedOut(f, 4, ProductLayout::Lanes128, true) => per_int_format!(f, "matvec_q1_r4_tagout", "_u2"),
+            Kernel::MatVecIntSwiGluF32TaggedOut(f, ProductLayout::Lanes128, 2) => per_int_format!(f, "matvec_swiglu_tagout", "_f32_p2"),
+            Kernel::MatVecIntSwiGluF32TaggedOut(f, ProductLayout::Lanes64, 2) => per_int_format!(f, "matvec_swiglu_tagout", "_f32_p2_g2"),
+            Kernel::MatVecIntSwiGluF32TaggedOut(f, ProductLayout::Lanes128, _) => per_int_format!(f, "matvec_swiglu_tagout", "_f32"),
+            Kernel::MatVecIntSwiGluF32TaggedOut(f, ProductLayout::Lanes64, _) => per_int_format!(f, "matvec_swiglu_tagout", "_f32_g2"),
             // (Likewise, `Kernel::with_tagged_out`.)
-            Kernel::MatVecInt1TaggedOut(..) => &[],
+            Kernel::MatVecInt1TaggedOut(..) | Kernel::MatVecIntSwiGluF32TaggedOut(..) => &[],
             Kernel::MatVecIntRopeScaled(f, ProductLayout::Lanes128) => per_int_format!(f, "matvec_qkv_scaled"),
             Kernel::MatVecIntRopeScaled(f, ProductLayout::Lanes64) => per_int_format!(f, "matvec_qkv_scaled", "_g2"),
             Kernel::MatVecIntSwiGluF32Scaled(f, ProductLayout::Lanes128, 2) => per_int_format!(f, "matvec_swiglu_scaled", "_f32_p2"),
@@ -588,6 +602,8 @@ impl Kernel {
             // (The fast path's only: the host never records it in the exact mode.)
             Kernel::RmsNormIntTagged(ActRounding::Q8_0) => spv!("rms_norm_int_q8_0_tagged"),
             Kernel::RmsNormIntTagged(ActRounding::Q8_K) => spv!("rms_norm_int_q8_k_tagged"),
+            Kernel::QuantizeActIntTagged(ActRounding::Q8_0) => spv!("quantize_act_int_q8_0_tagged"),
+            Kernel::QuantizeActIntTagged(ActRounding::Q8_K) => spv!("quantize_act_int_q8_k_tagged"),
             Kernel::SwiGluInt(ActRounding::Q8_0) => rounding!("swiglu_quantize_int_q8_0", v),
             Kernel::SwiGluInt(ActRounding::Q8_K) => rounding!("swiglu_quantize_int_q8_k", v),
             Kernel::AttentionCombineInt(ActRounding::Q8_0) => rounding!("combine_quantize_int_q8_0", v),

@@ -799,8 +799,18 @@ impl VulkanPlan {
         // `chain_record_slots`).
         let chain_slot_bytes = int_act_record(widest_input).0.next_multiple_of(256) as u64;
         sizes.push(chain_slot_bytes * chain_record_slots(&graph.ops) as u64);
-        // Tagged rows: 8 bytes an element of the widest row an RMSNorm reads.
-        let tagged_slot_bytes = (graph.ops.iter().filter_map(|op| if let Op::RmsNorm { input, .. } = op { Some(graph.buffer(*input).width) } else { None }).max().unwrap_or(0) * 8).next_multiple_of(256) as u64;
+        // Tagged rows: 8 bytes an element of the widest row an RMSNorm or a quantization reads.
+        let tagged_row_width = graph
+            .ops
+            .iter()
+            .filter_map(|op| match op {
+                Op::RmsNorm { input, .. } => Some(graph.buffer(*input).width),
+                Op::SwiGlu { out, .. } => Some(graph.buffer(*out).width),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0);
+        let tagged_slot_bytes = (tagged_row_width * 8).next_multiple_of(256) as u64;
         sizes.push(tagged_slot_bytes * tagged_norm_slots(&graph.ops) as u64);
         let mut slices = arena.alloc_all(&sizes)?;
         let tagged_rows = slices.pop().expect("allocated");
@@ -1087,7 +1097,9 @@ impl VulkanPlan {
         let mut record_slots = (0..chain_record_slots(ops) as u64).map(|i| self.chain_records.address + i * self.chain_slot_bytes);
         // RMSNorms recorded right after the residual-adding product before them, with no
         // barrier between them (opt-in; the one-token steps of the fast kernels).
-        let tagged_norms = n == 1 && !ctx.exact && !chain.enabled && op_stamps.is_none() && tagged_norm_knob();
+        let tagged = n == 1 && !ctx.exact && !chain.enabled && op_stamps.is_none();
+        let tagged_norms = tagged && tagged_knob("STRATA_VULKAN_TAGGED_NORM");
+        let tagged_quants = tagged && tagged_knob("STRATA_VULKAN_TAGGED_QUANT");
         let (tagged_rows, tagged_slot_bytes) = (self.tagged_rows.address, self.tagged_slot_bytes);
         if chain.enabled {
             rec.zero(counters_buffer, chain_offset, chain_bytes());
@@ -1125,6 +1137,8 @@ impl VulkanPlan {
             // Set by a residual-adding product that wrote its row tagged (its slot), for the
             // RMSNorm after it, recorded with no barrier between them.
             let mut tagged_norm_input: Option<u64> = None;
+            // Likewise for the SwiGLU row's quantization.
+            let mut tagged_quant_input: Option<u64> = None;
             let mut tagged_slots = (0..tagged_norm_slots(ops) as u64).map(|i| tagged_rows + i * tagged_slot_bytes);
             for (op_index, op) in ops.iter().enumerate() {
                 if skip_ops > 0 {
@@ -1295,14 +1309,40 @@ impl VulkanPlan {
                                 match (norm, scaled) {
                                     (Some((_, _, eps)), _) => rec.dispatch(Kernel::MatVecIntSwiGluF32Norm(g.layout.format, layout, pairs), &push.f32(eps), [groups.min(persistent_groups(ctx)) as u32, 1, 1])?,
                                     (None, Some(_)) => rec.dispatch(Kernel::MatVecIntSwiGluF32Scaled(g.layout.format, layout, pairs), &push, [groups as u32, 1, 1])?,
-                                    (None, None) => chain.dispatch(&mut rec, Kernel::MatVecIntSwiGluF32(g.layout.format, layout, pairs), push, [groups as u32, 1, 1])?,
+                                    (None, None) => {
+                                        // The quantization after it reads its row tagged,
+                                        // recorded with no barrier between them.
+                                        let kernel = Kernel::MatVecIntSwiGluF32(g.layout.format, layout, pairs);
+                                        let tagged = tagged_quants.then(|| kernel.with_tagged_out()).flatten().and_then(|k| Some((k, tagged_slots.next()?)));
+                                        match tagged {
+                                            Some((tagged_kernel, row)) => {
+                                                rec.dispatch(tagged_kernel, &push.tail_addrs(&[row, p_header]), [groups as u32, 1, 1])?;
+                                                tagged_quant_input = Some(row);
+                                            }
+                                            None => chain.dispatch(&mut rec, kernel, push, [groups as u32, 1, 1])?,
+                                        }
+                                    }
                                 }
-                                chain.end_stage(&mut rec);
                                 let (record_bytes, meta) = int_act_record(g.rows);
-                                let records = chain.record_slot(&mut record_slots).unwrap_or(rounded[r as usize].address);
-                                let quantize = Push::new().addr(addr_of(act)).addr(records).u32(g.rows as u32).u32(g.rows as u32).u32(1).u32(record_bytes as u32).u32(meta as u32);
-                                chain.dispatch(&mut rec, Kernel::QuantizeActInt(r), quantize, int_quantize_groups(1, g.rows))?;
-                                prequantized = Some(records);
+                                let quantize = Push::new().addr(addr_of(act));
+                                match tagged_quant_input.take() {
+                                    Some(row) => {
+                                        let records = rounded[r as usize].address;
+                                        let quantize = quantize.addr(records).u32(g.rows as u32).u32(g.rows as u32).u32(1).u32(record_bytes as u32).u32(meta as u32);
+                                        rec.dispatch(Kernel::QuantizeActIntTagged(r), &quantize.tail_addrs(&[row, p_header, grid_sync + 8]), int_quantize_groups(1, g.rows))?;
+                                        // (Its give-ups are counted where the grid barriers' are.)
+                                        grid_barriers = true;
+                                        TAGGED_QUANTS_RECORDED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                        prequantized = Some(records);
+                                    }
+                                    None => {
+                                        chain.end_stage(&mut rec);
+                                        let records = chain.record_slot(&mut record_slots).unwrap_or(rounded[r as usize].address);
+                                        let quantize = quantize.addr(records).u32(g.rows as u32).u32(g.rows as u32).u32(1).u32(record_bytes as u32).u32(meta as u32);
+                                        chain.dispatch(&mut rec, Kernel::QuantizeActInt(r), quantize, int_quantize_groups(1, g.rows))?;
+                                        prequantized = Some(records);
+                                    }
+                                }
                             } else {
                                 rec.dispatch(Kernel::MatVecIntSwiGlu(g.layout.format, r, layout), &push, [g.rows.div_ceil(layout.groups()) as u32, 1, 1])?;
                                 // SwiGLU is done, and the down projection's input quantized (into the
@@ -1891,20 +1931,32 @@ pub fn persistent_ffn_recorded() -> u64 {
 const CHAIN_LINES: u64 = 16;
 const CHAIN_LINE_WORDS: u64 = 1024;
 
-/// Whether one-token steps record each RMSNorm after a residual-adding product with no pipeline
-/// barrier between them (`STRATA_VULKAN_TAGGED_NORM=1`, opt-in, read at each recording): the
-/// product also writes its row with the step's tag ([`Kernel::MatVecInt1TaggedOut`]), and the
-/// norm's one workgroup, which the driver may start while the product still runs, waits for
-/// this step's tags itself ([`Kernel::RmsNormIntTagged`]): the norm's start and the barrier's
-/// gap overlap the product's end. Not with the other opt-in norm forms.
-fn tagged_norm_knob() -> bool {
-    std::env::var("STRATA_VULKAN_TAGGED_NORM").as_deref() == Ok("1")
+/// Whether one-token steps record a small stage right after the product before it with no
+/// pipeline barrier between them (opt-in, read at each recording): `STRATA_VULKAN_TAGGED_NORM=1`
+/// each RMSNorm after a residual add, `STRATA_VULKAN_TAGGED_QUANT=1` the SwiGLU row's
+/// quantization. The product also writes its row with the step's tag
+/// ([`Kernel::MatVecInt1TaggedOut`], [`Kernel::MatVecIntSwiGluF32TaggedOut`]), and the small
+/// stage, whose workgroups the driver may start while the product still runs, waits for this
+/// step's tags itself ([`Kernel::RmsNormIntTagged`], [`Kernel::QuantizeActIntTagged`]): its
+/// start and the barrier's gap overlap the product's end. Not with the other opt-in forms of
+/// those stages.
+fn tagged_knob(knob: &str) -> bool {
+    std::env::var(knob).as_deref() == Ok("1")
         && !["STRATA_VULKAN_NORM_EPILOGUE", "STRATA_VULKAN_NORM_PROLOGUE", "STRATA_VULKAN_PERSISTENT_FFN"].iter().any(|k| std::env::var(k).as_deref() == Ok("1"))
 }
 
-/// Tagged-row slots a step can use: one per RMSNorm of the graph.
+/// Tagged-row slots a step can use: one per RMSNorm and SwiGLU of the graph.
 fn tagged_norm_slots(ops: &[Op]) -> usize {
-    ops.iter().filter(|op| matches!(op, Op::RmsNorm { .. })).count()
+    ops.iter().filter(|op| matches!(op, Op::RmsNorm { .. } | Op::SwiGlu { .. })).count()
+}
+
+/// SwiGLU rows' quantizations recorded reading a tagged row (`STRATA_VULKAN_TAGGED_QUANT=1`)
+/// in this process.
+static TAGGED_QUANTS_RECORDED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many quantizations reading a tagged row this process has recorded.
+pub fn tagged_quants_recorded() -> u64 {
+    TAGGED_QUANTS_RECORDED.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// RMSNorms recorded reading a tagged row (`STRATA_VULKAN_TAGGED_NORM=1`) in this process: for

@@ -111,6 +111,13 @@ layout(push_constant) uniform Push {
     uint chain_expect;
     uint64_t chain;
 #endif
+#if defined(TAGGED_OUT)
+    // The SwiGLU row again as (bits, the step's tag) per output, for the quantization recorded
+    // right after this product without a pipeline barrier (quantize_act.comp TAGGED_IN), and
+    // the step header whose word 3 holds the tag.
+    uint64_t tagged;
+    uint64_t tag_header;
+#endif
 } pc;
 #else
 layout(push_constant) uniform Push {
@@ -154,8 +161,8 @@ layout(push_constant) uniform Push {
 #endif
 } pc;
 #endif
-#if defined(TAGGED_OUT) && (defined(NORM_EPILOGUE) || defined(CHAINED) || defined(QKV_ROPE) || defined(SWIGLU_PAIR) || NT != 1)
-#error "tagged outputs are built for the plain one-token residual-adding product"
+#if defined(TAGGED_OUT) && (defined(NORM_EPILOGUE) || defined(NORM_PROLOGUE) || defined(NORM_SCALE) || defined(CHAINED) || defined(QKV_ROPE) || (defined(SWIGLU_PAIR) && !defined(NO_TICKET)) || NT != 1)
+#error "tagged outputs are built for the plain one-token products and the f32 SwiGLU pair"
 #endif
 
 layout(buffer_reference, std430, buffer_reference_align = 8) buffer U32x2s { uvec2 v[]; };

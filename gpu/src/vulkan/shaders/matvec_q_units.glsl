@@ -209,7 +209,11 @@ void UNITS_FN(uint wg) {
                 gu[r] = s;
             }
             if (unit_valid && out_row + p < PC(rows)) {
-                F32sC(PC(act)).v[out_row + p] = ggml_silu(gu[0]) * gu[1];
+                float y = ggml_silu(gu[0]) * gu[1];
+                F32sC(PC(act)).v[out_row + p] = y;
+#if defined(TAGGED_OUT)
+                U32x2s(PC(tagged)).v[out_row + p] = uvec2(floatBitsToUint(y), step_tag);
+#endif
             }
         }
 #if !defined(NO_TICKET)

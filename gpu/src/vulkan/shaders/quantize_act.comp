@@ -53,7 +53,21 @@ layout(push_constant) uniform Push {
     uint chain_expect;
     uint64_t chain;
 #endif
+#if defined(TAGGED_IN)
+    // The row as the product before wrote it, (bits, tag) per element (matvec_q.comp
+    // TAGGED_OUT), the step header whose word 3 holds this step's tag, and the word that counts
+    // waits that gave up.
+    uint64_t tagged;
+    uint64_t tag_header;
+    uint64_t give_ups;
+#endif
 } pc;
+#if defined(TAGGED_IN)
+#if !defined(INT_OUT) || defined(SWIGLU) || defined(COMBINE) || defined(CHAINED) || defined(F64)
+#error "the tagged quantizer is the fast plain INT_OUT build"
+#endif
+#include "tagged.glsl"
+#endif
 
 #ifdef COMBINE
 #include "attention_merge.glsl"
@@ -118,6 +132,19 @@ void input_run(uint row, uint first, uint slot, out float v[8]) {
             F32s(pc.swiglu_out).v[row * pc.stride + e0 + k] = v[k];
         }
     }
+}
+#elif defined(TAGGED_IN)
+// The same from the tagged row, once all eight are this step's.
+void input_run(uint row, uint first, uint slot, out float v[8]) {
+    uint e0 = first + 8 * slot;
+    uint tag = U32s(pc.tag_header).v[3];
+    uint64_t at = pc.tagged + uint64_t(row * pc.stride) * 8;
+    uvec4 raw[4];
+    tagged_issue(at, e0, pc.cols, tag, raw);
+    if (tagged_settle(at, e0, pc.cols, tag, raw)) {
+        atomicAdd(U32s(pc.give_ups).v[0], 1u);
+    }
+    tagged_values(raw, v);
 }
 #elif defined(INT_OUT)
 // Slot `slot`'s eight elements of row `row` from the chunk at `first` (0.0 past the row).

@@ -70,23 +70,7 @@ shared SUM_T red[WG];
 #endif
 
 #if defined(TAGGED_IN)
-// Recorded right after the residual-adding product, with no pipeline barrier between them: the
-// driver may start this workgroup while the product still runs, so each element says by itself
-// whether it is this step's (its tag), and the reads go past the caches until all are.
-layout(buffer_reference, std430, buffer_reference_align = 16) volatile coherent buffer U32x4sV { uvec4 v[]; };
-// Polls before a lane gives up (a device that did not run the product's workgroups beside this
-// one): the wait is counted and the host fails the step, never a hang.
-#define TAG_SPIN_LIMIT (1u << 20)
-
-bool tags_are(uvec4 raw[RUNS][4], uint tag) {
-    bool fresh = true;
-    [[unroll]] for (uint k = 0; k < RUNS; k++) {
-        [[unroll]] for (uint q = 0; q < 4; q++) {
-            fresh = fresh && raw[k][q].y == tag && raw[k][q].w == tag;
-        }
-    }
-    return fresh;
-}
+#include "tagged.glsl"
 #endif
 
 void main() {
@@ -111,37 +95,21 @@ void main() {
         }
     }
     uint tag = U32s(pc.tag_header).v[3];
-    // Element e of the row at uvec2 e: a uvec4 holds two (bits, tag) pairs; a run of eight is
-    // four of them. Past the row: zeros that pass for this step's.
-    U32x4sV tx = U32x4sV(pc.tagged + uint64_t(r * pc.in_stride) * 8);
+    uint64_t row = pc.tagged + uint64_t(r * pc.in_stride) * 8;
     uvec4 raw[RUNS][4];
     [[unroll]] for (uint k = 0; k < RUNS; k++) {
-        [[unroll]] for (uint q = 0; q < 4; q++) {
-            uint pair = 4 * (slot + k * WG) + q;
-            raw[k][q] = 2 * pair < pc.width ? tx.v[pair] : uvec4(0u, tag, 0u, tag);
-        }
+        tagged_issue(row, 8 * (slot + k * WG), pc.width, tag, raw[k]);
     }
-    uint spins = 0u;
-    while (!tags_are(raw, tag) && spins < TAG_SPIN_LIMIT) {
-        spins++;
-        [[unroll]] for (uint k = 0; k < RUNS; k++) {
-            [[unroll]] for (uint q = 0; q < 4; q++) {
-                uint pair = 4 * (slot + k * WG) + q;
-                if (2 * pair < pc.width && (raw[k][q].y != tag || raw[k][q].w != tag)) {
-                    raw[k][q] = tx.v[pair];
-                }
-            }
-        }
-    }
-    if (spins >= TAG_SPIN_LIMIT) {
-        atomicAdd(U32s(pc.give_ups).v[0], 1u);
-    }
+    bool gave_up = false;
     [[unroll]] for (uint k = 0; k < RUNS; k++) {
-        [[unroll]] for (uint h = 0; h < 2; h++) {
-            uvec4 a = raw[k][2 * h];
-            uvec4 b = raw[k][2 * h + 1];
-            xv[k][h] = uintBitsToFloat(uvec4(a.x, a.z, b.x, b.z));
-        }
+        gave_up = tagged_settle(row, 8 * (slot + k * WG), pc.width, tag, raw[k]) || gave_up;
+        float v[8];
+        tagged_values(raw[k], v);
+        xv[k][0] = vec4(v[0], v[1], v[2], v[3]);
+        xv[k][1] = vec4(v[4], v[5], v[6], v[7]);
+    }
+    if (gave_up) {
+        atomicAdd(U32s(pc.give_ups).v[0], 1u);
     }
 #else
     [[unroll]] for (uint k = 0; k < RUNS; k++) {
