@@ -40,6 +40,8 @@ fn main() {
     // The workgroup timeline's test kernel, in every build (vulkan::timeline).
     compile_with(&glslc, "read_bandwidth", "read_bandwidth_timeline", &["TIMELINE"], &out);
     compile_with(&glslc, "stage_chain", "stage_chain_copy", &["COPY"], &out);
+    // Decode attention writing its split records tagged (plan.rs, STRATA_VULKAN_TAGGED_MERGE).
+    compile_with(&glslc, "attention_decode", "attention_decode_tagged", &["TAGGED_OUT"], &out);
     compile_with(&glslc, "stage_chain", "stage_chain_big_shared", &["BIG_SHARED"], &out);
     // Kernels whose divisions, square roots or fused multiply-adds must round as the CPU's have
     // three builds (shaders/common.glsl): as written, F64 (divisions and square roots through
@@ -57,6 +59,7 @@ fn main() {
                 // Reading the row tagged by the product before it (no barrier between them).
                 compile_with(&glslc, "rms_norm_q", &format!("rms_norm_int_{act}_tagged"), &[define, "TAGGED_IN"], &out);
                 compile_with(&glslc, "quantize_act", &format!("quantize_act_int_{act}_tagged"), &[define, "INT_OUT", "TAGGED_IN"], &out);
+                compile_with(&glslc, "quantize_act", &format!("combine_quantize_int_{act}_tagged"), &[define, "INT_OUT", "COMBINE", "TAGGED_IN"], &out);
             }
             // Chained builds (shaders/chain.glsl) of the one-token step's staged kernels.
             compile_with(&glslc, "quantize_act", &format!("quantize_act_int_{act}{suffix}_chained"), &with(&[define, "INT_OUT", "CHAINED"]), &out);

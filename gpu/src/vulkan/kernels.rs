@@ -114,6 +114,10 @@ pub enum Kernel {
     /// serving all its query heads at once.
     AttentionDecodeGqa,
     AttentionCombine,
+    /// AttentionDecode writing its split records as (bits, tag) pairs for the
+    /// [`Kernel::AttentionCombineIntTagged`] recorded after it without a pipeline barrier
+    /// (`STRATA_VULKAN_TAGGED_MERGE=1`).
+    AttentionDecodeTaggedOut,
     /// AttentionDecode whose last workgroup per chunk of 256 outputs merges the splits and
     /// quantizes them for the output projection (AttentionCombineInt's bits, one stage less).
     AttentionDecodeFused(ActRounding),
@@ -158,6 +162,10 @@ pub enum Kernel {
     SwiGluInt(ActRounding),
     /// The merge of attention's split results that also writes them as 8-bit records.
     AttentionCombineInt(ActRounding),
+    /// AttentionCombineInt reading the tagged split records of a
+    /// [`Kernel::AttentionDecodeTaggedOut`] recorded right before it, waiting for this layer's
+    /// tags itself. Same bits.
+    AttentionCombineIntTagged(ActRounding),
     /// A decoding layer's feed-forward half for one token (RMSNorm with quantization, gate/up
     /// with SwiGLU, quantization, down added into the residual) in one dispatch of resident
     /// workgroups with grid barriers between the stages (ffn_persistent.comp): the staged
@@ -576,6 +584,7 @@ impl Kernel {
             Kernel::RopeStore => rounding!("rope_store", v),
             Kernel::Attention => spv!("attention"),
             Kernel::AttentionDecode => spv!("attention_decode"),
+            Kernel::AttentionDecodeTaggedOut => spv!("attention_decode_tagged"),
             Kernel::AttentionDecodeGqa => spv!("attention_decode_gqa"),
             Kernel::AttentionCombine => spv!("attention_combine"),
             Kernel::AttentionExact => rounding!("attention_exact", v),
@@ -608,6 +617,8 @@ impl Kernel {
             Kernel::SwiGluInt(ActRounding::Q8_K) => rounding!("swiglu_quantize_int_q8_k", v),
             Kernel::AttentionCombineInt(ActRounding::Q8_0) => rounding!("combine_quantize_int_q8_0", v),
             Kernel::AttentionCombineInt(ActRounding::Q8_K) => rounding!("combine_quantize_int_q8_k", v),
+            Kernel::AttentionCombineIntTagged(ActRounding::Q8_0) => spv!("combine_quantize_int_q8_0_tagged"),
+            Kernel::AttentionCombineIntTagged(ActRounding::Q8_K) => spv!("combine_quantize_int_q8_k_tagged"),
             Kernel::Chained(c) => match c {
                 ChainedKernel::RmsNormInt(ActRounding::Q8_0) => rounding_chained!("rms_norm_int_q8_0", v),
                 ChainedKernel::RmsNormInt(ActRounding::Q8_K) => rounding_chained!("rms_norm_int_q8_k", v),

@@ -1100,6 +1100,7 @@ impl VulkanPlan {
         let tagged = n == 1 && !ctx.exact && !chain.enabled && op_stamps.is_none();
         let tagged_norms = tagged && tagged_knob("STRATA_VULKAN_TAGGED_NORM");
         let tagged_quants = tagged && tagged_knob("STRATA_VULKAN_TAGGED_QUANT");
+        let tagged_merges = tagged && tagged_knob("STRATA_VULKAN_TAGGED_MERGE");
         let (tagged_rows, tagged_slot_bytes) = (self.tagged_rows.address, self.tagged_slot_bytes);
         if chain.enabled {
             rec.zero(counters_buffer, chain_offset, chain_bytes());
@@ -1567,6 +1568,10 @@ impl VulkanPlan {
                                 && std::env::var("STRATA_VULKAN_FUSE_ATTENTION").as_deref() == Ok("1")
                                 && !read_before_written(&ops[op_index + 2..], *out)
                         });
+                        // The merge reading the split records tagged, recorded with no barrier
+                        // between them (opt-in, one-token steps; not beside the long-context
+                        // kernel, whose records are not tagged).
+                        let tagged_merge = combine_rounding.filter(|_| tagged_merges && per_head_decode_attention() && gqa_from == u32::MAX && prefetch == 0 && hp.n_layers < 256);
                         if let Some(r) = fused_combine {
                             // The splits merged and quantized for the output projection by the last
                             // workgroup of each chunk: one stage instead of two. (The f32 output is
@@ -1580,6 +1585,18 @@ impl VulkanPlan {
                             rec.dispatch_indirect(Kernel::AttentionDecodeFused(r), &push, params_buffer, header_at + (HEADER_ATTENTION_DECODE_ARGS * 4) as u64)?;
                             prequantized = Some(rounded[r as usize].address);
                             fused[2] += 1;
+                        } else if let Some(r) = tagged_merge {
+                            // (Each layer's records carry a tag of their own: they are rewritten
+                            // every layer.)
+                            let salt = *layer as u32 + 1;
+                            rec.dispatch_indirect(Kernel::AttentionDecodeTaggedOut, &push.u32(gqa_from).u32(salt), params_buffer, header_at + (HEADER_ATTENTION_DECODE_ARGS * 4) as u64)?;
+                            let cols = hp.n_heads * hp.head_dim;
+                            let push = quantizing_push(&[partial.address, p_header, addr_of(*out)], rounded[r as usize].address, cols, graph.buffer(*out).width, n).u32(hp.head_dim as u32).u32(salt);
+                            rec.dispatch(Kernel::AttentionCombineIntTagged(r), &push.tail_addrs(&[grid_sync + 8]), int_quantize_groups(n, cols))?;
+                            // (Its give-ups are counted where the grid barriers' are.)
+                            grid_barriers = true;
+                            TAGGED_MERGES_RECORDED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            prequantized = Some(rounded[r as usize].address);
                         } else {
                             if n <= INT_MAX_TOKENS && per_head_decode_attention() {
                                 // Short and long contexts' tokens (each kernel returns for the
@@ -1934,7 +1951,9 @@ const CHAIN_LINE_WORDS: u64 = 1024;
 /// Whether one-token steps record a small stage right after the product before it with no
 /// pipeline barrier between them (opt-in, read at each recording): `STRATA_VULKAN_TAGGED_NORM=1`
 /// each RMSNorm after a residual add, `STRATA_VULKAN_TAGGED_QUANT=1` the SwiGLU row's
-/// quantization. The product also writes its row with the step's tag
+/// quantization, `STRATA_VULKAN_TAGGED_MERGE=1` the attention merge (and its quantization) after
+/// the split kernel ([`Kernel::AttentionDecodeTaggedOut`], [`Kernel::AttentionCombineIntTagged`];
+/// not where the long-context kernel may run, `STRATA_ATTENTION_GQA_FROM=off` then). The product also writes its row with the step's tag
 /// ([`Kernel::MatVecInt1TaggedOut`], [`Kernel::MatVecIntSwiGluF32TaggedOut`]), and the small
 /// stage, whose workgroups the driver may start while the product still runs, waits for this
 /// step's tags itself ([`Kernel::RmsNormIntTagged`], [`Kernel::QuantizeActIntTagged`]): its
@@ -1953,6 +1972,15 @@ fn tagged_norm_slots(ops: &[Op]) -> usize {
 /// SwiGLU rows' quantizations recorded reading a tagged row (`STRATA_VULKAN_TAGGED_QUANT=1`)
 /// in this process.
 static TAGGED_QUANTS_RECORDED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Attention merges recorded reading tagged split records (`STRATA_VULKAN_TAGGED_MERGE=1`) in
+/// this process.
+static TAGGED_MERGES_RECORDED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many attention merges reading tagged split records this process has recorded.
+pub fn tagged_merges_recorded() -> u64 {
+    TAGGED_MERGES_RECORDED.load(std::sync::atomic::Ordering::Relaxed)
+}
 
 /// How many quantizations reading a tagged row this process has recorded.
 pub fn tagged_quants_recorded() -> u64 {

@@ -55,7 +55,17 @@ layout(push_constant) uniform Push {
 #endif
     // Tokens of at least this many positions are attention_decode_gqa.comp's: none here.
     uint gqa_from;
+#ifdef TAGGED_OUT
+    // The partial records written as (bits, tag) pairs instead (twice the words, in `partial`),
+    // for the merge recorded right after this dispatch without a pipeline barrier
+    // (quantize_act.comp COMBINE + TAGGED_IN). The tag is the step's (header word 3) times 256
+    // plus this, the layer's salt: the records are rewritten by every layer of a step.
+    uint tag_salt;
+#endif
 } pc;
+#if defined(TAGGED_OUT) && defined(FUSED_COMBINE)
+#error "the tagged records are the split kernel's, merged by a dispatch of its own"
+#endif
 
 #ifdef FUSED_COMBINE
 // The merge of the splits and the quantization for the output projection, by the last
@@ -76,6 +86,9 @@ shared float merged[256];
 #define PARTIAL_BUF F32sC
 #else
 #define PARTIAL_BUF F32s
+#endif
+#ifdef TAGGED_OUT
+layout(buffer_reference, std430, buffer_reference_align = 8) buffer U32x2s { uvec2 v[]; };
 #endif
 
 shared float qs[MAX_HD];
@@ -234,16 +247,30 @@ void main() {
     // in order.
     PARTIAL_BUF out_ = PARTIAL_BUF(pc.partial);
     uint base = ((t * pc.n_heads + h) * n_splits + split) * (hd + 2);
+#ifdef TAGGED_OUT
+    // One 8-byte store a value: the value and the proof that it is this layer's arrive together.
+    uint tag = header.v[3] * 256u + pc.tag_salt;
+    U32x2s tout = U32x2s(pc.partial);
+    if (tid == 0) {
+        tout.v[base] = uvec2(floatBitsToUint(m), tag);
+        tout.v[base + 1] = uvec2(floatBitsToUint(l), tag);
+    }
+#else
     if (tid == 0) {
         out_.v[base] = m;
         out_.v[base + 1] = l;
     }
+#endif
     for (uint d = tid; d < hd; d += WG) {
         float o = 0.0;
         for (uint g = 0; g < v_groups; g++) {
             o += v_sums[g * hd + d];
         }
+#ifdef TAGGED_OUT
+        tout.v[base + 2 + d] = uvec2(floatBitsToUint(o), tag);
+#else
         out_.v[base + 2 + d] = o;
+#endif
     }
 #ifdef FUSED_COMBINE
     memoryBarrierBuffer();

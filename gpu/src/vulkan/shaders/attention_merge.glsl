@@ -5,6 +5,16 @@
 #ifndef MERGE_BUF
 #define MERGE_BUF F32s
 #endif
+// Splits s0.. s0 + 15 (those below n_splits) added into the sums, in order: both merges' arithmetic.
+void merge_batch(float ms[16], float ls[16], float vs[16], uint s0, uint n_splits, float mx, inout float l, inout float o) {
+    [[unroll]] for (uint u = 0; u < 16; u++) {
+        if (s0 + u < n_splits && ms[u] != -1.0 / 0.0) {
+            float f = exp(ms[u] - mx);
+            l += f * ls[u];
+            o += f * vs[u];
+        }
+    }
+}
 float merge_splits(MERGE_BUF part, uint base, uint n_splits, uint hd, uint d) {
     // Sixteen splits' loads in flight at a time (memory latency).
     float mx = -1.0 / 0.0;
@@ -30,13 +40,83 @@ float merge_splits(MERGE_BUF part, uint base, uint n_splits, uint hd, uint d) {
             ls[u] = in_range ? part.v[rec + 1] : 0.0;
             vs[u] = in_range ? part.v[rec + 2 + d] : 0.0;
         }
-        [[unroll]] for (uint u = 0; u < 16; u++) {
-            if (s0 + u < n_splits && ms[u] != -1.0 / 0.0) {
-                float f = exp(ms[u] - mx);
-                l += f * ls[u];
-                o += f * vs[u];
-            }
-        }
+        merge_batch(ms, ls, vs, s0, n_splits, mx, l, o);
     }
     return o / l;
 }
+
+#ifdef MERGE_TAGGED
+// merge_splits over records written as (bits, tag) pairs (attention_decode.comp TAGGED_OUT) by
+// a dispatch recorded right before this one with no pipeline barrier: each batch of loads is
+// read again past the caches until every value carries `tag` (tagged.glsl's TAG_SPIN_LIMIT
+// polls at most; `gave_up` is then set). The same arithmetic as merge_splits.
+layout(buffer_reference, std430, buffer_reference_align = 8) volatile coherent buffer U32x2sV { uvec2 v[]; };
+
+void settle16(uint64_t part, uint idx[16], uint n, uint tag, inout bool gave_up, out float vals[16]) {
+    uvec2 raw[16];
+    [[unroll]] for (uint u = 0; u < 16; u++) {
+        raw[u] = u < n ? U32x2sV(part).v[idx[u]] : uvec2(0u, tag);
+    }
+    uint spins = 0u;
+    while (true) {
+        bool fresh = true;
+        [[unroll]] for (uint u = 0; u < 16; u++) {
+            fresh = fresh && raw[u].y == tag;
+        }
+        if (fresh) {
+            break;
+        }
+        if (spins >= TAG_SPIN_LIMIT) {
+            gave_up = true;
+            break;
+        }
+        spins++;
+        [[unroll]] for (uint u = 0; u < 16; u++) {
+            if (u < n && raw[u].y != tag) {
+                raw[u] = U32x2sV(part).v[idx[u]];
+            }
+        }
+    }
+    [[unroll]] for (uint u = 0; u < 16; u++) {
+        vals[u] = uintBitsToFloat(raw[u].x);
+    }
+}
+
+float merge_splits_tagged(uint64_t part, uint base, uint n_splits, uint hd, uint d, uint tag, inout bool gave_up) {
+    float mx = -1.0 / 0.0;
+    for (uint s0 = 0; s0 < n_splits; s0 += 16) {
+        uint idx[16];
+        [[unroll]] for (uint u = 0; u < 16; u++) {
+            idx[u] = base + (s0 + u) * (hd + 2);
+        }
+        float ms[16];
+        settle16(part, idx, min(16u, n_splits - s0), tag, gave_up, ms);
+        [[unroll]] for (uint u = 0; u < 16; u++) {
+            mx = max(mx, s0 + u < n_splits ? ms[u] : -1.0 / 0.0);
+        }
+    }
+    float l = 0.0;
+    float o = 0.0;
+    for (uint s0 = 0; s0 < n_splits; s0 += 16) {
+        uint n = min(16u, n_splits - s0);
+        uint idx[16];
+        float ms[16];
+        float ls[16];
+        float vs[16];
+        [[unroll]] for (uint u = 0; u < 16; u++) {
+            idx[u] = base + (s0 + u) * (hd + 2);
+        }
+        settle16(part, idx, n, tag, gave_up, ms);
+        [[unroll]] for (uint u = 0; u < 16; u++) {
+            idx[u] += 1;
+        }
+        settle16(part, idx, n, tag, gave_up, ls);
+        [[unroll]] for (uint u = 0; u < 16; u++) {
+            idx[u] += 1 + d;
+        }
+        settle16(part, idx, n, tag, gave_up, vs);
+        merge_batch(ms, ls, vs, s0, n_splits, mx, l, o);
+    }
+    return o / l;
+}
+#endif

@@ -53,7 +53,13 @@ layout(push_constant) uniform Push {
     uint chain_expect;
     uint64_t chain;
 #endif
-#if defined(TAGGED_IN)
+#if defined(TAGGED_IN) && defined(COMBINE)
+    // The split records as attention_decode.comp (TAGGED_OUT) wrote them, (bits, tag) pairs in
+    // `x`, whose tag is the step's times 256 plus this (the layer's salt); the word that counts
+    // waits that gave up.
+    uint tag_salt;
+    uint64_t give_ups;
+#elif defined(TAGGED_IN)
     // The row as the product before wrote it, (bits, tag) per element (matvec_q.comp
     // TAGGED_OUT), the step header whose word 3 holds this step's tag, and the word that counts
     // waits that gave up.
@@ -63,13 +69,16 @@ layout(push_constant) uniform Push {
 #endif
 } pc;
 #if defined(TAGGED_IN)
-#if !defined(INT_OUT) || defined(SWIGLU) || defined(COMBINE) || defined(CHAINED) || defined(F64)
-#error "the tagged quantizer is the fast plain INT_OUT build"
+#if !defined(INT_OUT) || defined(SWIGLU) || defined(CHAINED) || defined(F64)
+#error "the tagged quantizers are the fast INT_OUT builds, plain or merging"
 #endif
 #include "tagged.glsl"
 #endif
 
 #ifdef COMBINE
+#if defined(TAGGED_IN)
+#define MERGE_TAGGED
+#endif
 #include "attention_merge.glsl"
 #endif
 
@@ -103,7 +112,15 @@ void input_run(uint row, uint first, uint slot, out float v[8]) {
         uint hd = pc.head_dim;
         uint n_splits = U32s(pc.header).v[0];
         uint base = (row * (pc.cols / hd) + e / hd) * n_splits * (hd + 2);
+#if defined(TAGGED_IN)
+        bool gave_up = false;
+        m = merge_splits_tagged(pc.x, base, n_splits, hd, e % hd, U32s(pc.header).v[3] * 256u + pc.tag_salt, gave_up);
+        if (gave_up) {
+            atomicAdd(U32s(pc.give_ups).v[0], 1u);
+        }
+#else
         m = merge_splits(F32s(pc.x), base, n_splits, hd, e % hd);
+#endif
         F32s(pc.combine_out).v[row * pc.stride + e] = m;
     }
     merged[tid] = m;
