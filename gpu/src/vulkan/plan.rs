@@ -1135,11 +1135,14 @@ impl VulkanPlan {
             // it, which scales its outputs by the norm.
             let mut norm_out_done: Option<u64> = None;
             let mut norm_scaled: Option<u64> = None;
-            // Set by a residual-adding product that wrote its row tagged (its slot), for the
-            // RMSNorm after it, recorded with no barrier between them.
-            let mut tagged_norm_input: Option<u64> = None;
+            // Set by a residual-adding product that wrote its row tagged, for the RMSNorm after
+            // it, recorded with no barrier between them: the row's slot, and the records the
+            // product reads (which the norm, running beside it, must not overwrite: it writes
+            // its own to the other records buffer, `tagged_records`).
+            let mut tagged_norm_input: Option<(u64, u64)> = None;
             // Likewise for the SwiGLU row's quantization.
-            let mut tagged_quant_input: Option<u64> = None;
+            let mut tagged_quant_input: Option<(u64, u64)> = None;
+            let tagged_records = |r: ActRounding, read: u64| if read == rounded_alt.address { rounded[r as usize].address } else { rounded_alt.address };
             let mut tagged_slots = (0..tagged_norm_slots(ops) as u64).map(|i| tagged_rows + i * tagged_slot_bytes);
             for (op_index, op) in ops.iter().enumerate() {
                 if skip_ops > 0 {
@@ -1224,10 +1227,13 @@ impl VulkanPlan {
                         match fused {
                             Some(r) => {
                                 let (record_bytes, meta_offset) = int_act_record(width as usize);
-                                let records = chain.record_slot(&mut record_slots).unwrap_or(rounded[r as usize].address);
+                                let records = match tagged_in {
+                                    Some((_, read)) => tagged_records(r, read),
+                                    None => chain.record_slot(&mut record_slots).unwrap_or(rounded[r as usize].address),
+                                };
                                 let push = Push::new().addr(addr_of(*input)).addr(w).addr(addr_of(*out)).addr(records).u32(width).u32(1).u32(width).u32(out_width).f32(hp.rms_eps).u32(record_bytes as u32).u32(meta_offset as u32);
                                 match tagged_in {
-                                    Some(row) => {
+                                    Some((row, _)) => {
                                         rec.dispatch(Kernel::RmsNormIntTagged(r), &push.tail_addrs(&[row, p_header, grid_sync + 8]), [rows as u32, 1, 1])?;
                                         // (Its give-ups are counted where the grid barriers' are.)
                                         grid_barriers = true;
@@ -1318,7 +1324,7 @@ impl VulkanPlan {
                                         match tagged {
                                             Some((tagged_kernel, row)) => {
                                                 rec.dispatch(tagged_kernel, &push.tail_addrs(&[row, p_header]), [groups as u32, 1, 1])?;
-                                                tagged_quant_input = Some(row);
+                                                tagged_quant_input = Some((row, x));
                                             }
                                             None => chain.dispatch(&mut rec, kernel, push, [groups as u32, 1, 1])?,
                                         }
@@ -1327,8 +1333,8 @@ impl VulkanPlan {
                                 let (record_bytes, meta) = int_act_record(g.rows);
                                 let quantize = Push::new().addr(addr_of(act));
                                 match tagged_quant_input.take() {
-                                    Some(row) => {
-                                        let records = rounded[r as usize].address;
+                                    Some((row, read)) => {
+                                        let records = tagged_records(r, read);
                                         let quantize = quantize.addr(records).u32(g.rows as u32).u32(g.rows as u32).u32(1).u32(record_bytes as u32).u32(meta as u32);
                                         rec.dispatch(Kernel::QuantizeActIntTagged(r), &quantize.tail_addrs(&[row, p_header, grid_sync + 8]), int_quantize_groups(1, g.rows))?;
                                         // (Its give-ups are counted where the grid barriers' are.)
@@ -1452,7 +1458,7 @@ impl VulkanPlan {
                                         match tagged {
                                             Some((tagged_kernel, row)) => {
                                                 rec.dispatch(tagged_kernel, &push.tail_addrs(&[row, p_header]), groups)?;
-                                                tagged_norm_input = Some(row);
+                                                tagged_norm_input = Some((row, x));
                                             }
                                             None => chain.dispatch(&mut rec, kernel, push, groups)?,
                                         }
