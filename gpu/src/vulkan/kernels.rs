@@ -683,13 +683,8 @@ impl Push {
     /// The tail of a chained build's push constants (shaders/chain.glsl): the count of the
     /// stage before's workgroups to wait for (0: none) and the address of that stage's word,
     /// aligned to 8 bytes as the shader's block lays it out.
-    pub fn chain(mut self, expect: u32, word: u64) -> Push {
-        self = self.u32(expect);
-        while !self.bytes.len().is_multiple_of(8) {
-            self.bytes.push(0);
-        }
-        self.bytes.extend_from_slice(&word.to_le_bytes());
-        self
+    pub fn chain(self, expect: u32, word: u64) -> Push {
+        self.u32(expect).tail_addrs(&[word])
     }
 
     pub fn bytes(&self) -> &[u8] {

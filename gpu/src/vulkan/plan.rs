@@ -303,7 +303,7 @@ struct ParamLayout {
 const HEADER_WORDS: usize = 16;
 pub(crate) const HEADER_ATTENTION_ARGS: usize = 4;
 /// Where the step header holds a one-token step's tag, which tagged outputs carry
-/// (`STRATA_VULKAN_TAGGED_NORM`).
+/// (`STRATA_VULKAN_TAGGED_NORM`, `_QUANT`, `_MERGE`: [`tagged_knob`]).
 pub(crate) const HEADER_STEP_TAG: usize = 3;
 /// Where the step header holds the indirect dispatch of attention_decode.comp.
 pub(crate) const HEADER_ATTENTION_DECODE_ARGS: usize = 8;
@@ -421,7 +421,7 @@ pub struct VulkanPlan {
     /// Chained steps' record slots ([`chain_record_slots`]) and the bytes of one.
     chain_records: Slice,
     chain_slot_bytes: u64,
-    /// Tagged rows (`STRATA_VULKAN_TAGGED_NORM`): one slot per RMSNorm of the graph, each
+    /// Tagged rows ([`tagged_knob`]): one slot per RMSNorm and SwiGLU of the graph, each
     /// element as (its bits, the step's tag), and the bytes of one.
     tagged_rows: Slice,
     tagged_slot_bytes: u64,
@@ -1095,8 +1095,8 @@ impl VulkanPlan {
         let chain_offset = counters.offset + counter_bytes(graph) + 16 + GRID_SYNC_BYTES;
         let mut chain = ChainRecording::new(if n == 1 && steps == 1 && !ctx.exact { chain_mode() } else { None }, grid_sync + GRID_SYNC_BYTES, CHAIN_LINE_WORDS as u32);
         let mut record_slots = (0..chain_record_slots(ops) as u64).map(|i| self.chain_records.address + i * self.chain_slot_bytes);
-        // RMSNorms recorded right after the residual-adding product before them, with no
-        // barrier between them (opt-in; the one-token steps of the fast kernels).
+        // Small stages recorded right after the stage before them, with no barrier between
+        // them ([`tagged_knob`]; the one-token steps of the fast kernels).
         let tagged = n == 1 && !ctx.exact && !chain.enabled && op_stamps.is_none();
         let tagged_norms = tagged && tagged_knob("STRATA_VULKAN_TAGGED_NORM");
         let tagged_quants = tagged && tagged_knob("STRATA_VULKAN_TAGGED_QUANT");
