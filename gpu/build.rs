@@ -42,6 +42,7 @@ fn main() {
     compile_with(&glslc, "stage_chain", "stage_chain_copy", &["COPY"], &out);
     // Decode attention writing its split records tagged (plan.rs, STRATA_VULKAN_TAGGED_MERGE).
     compile_with(&glslc, "attention_decode", "attention_decode_tagged", &["TAGGED_OUT"], &out);
+    compile_with(&glslc, "attention_decode_gqa", "attention_decode_gqa_tagged", &["TAGGED_OUT"], &out);
     compile_with(&glslc, "stage_chain", "stage_chain_big_shared", &["BIG_SHARED"], &out);
     // Kernels whose divisions, square roots or fused multiply-adds must round as the CPU's have
     // three builds (shaders/common.glsl): as written, F64 (divisions and square roots through

@@ -551,11 +551,13 @@ fn vulkan_tagged_quantizations_compute_the_staged_bits() {
     assert_switch_keeps_the_staged_bits("tagged quantizations", "STRATA_VULKAN_TAGGED_QUANT", "1", &[("STRATA_VULKAN_TAGGED_NORM", "1")], strata_gpu::vulkan::tagged_quants_recorded, |layers| layers);
 }
 
-/// The same for the attention merge after the split kernel (`STRATA_VULKAN_TAGGED_MERGE=1`,
-/// the long-context kernel off), one a layer.
+/// The same for the attention merge after the split kernels (`STRATA_VULKAN_TAGGED_MERGE=1`),
+/// one a layer, with the long-context kernel taking the tokens from 24 positions on (both
+/// kernels' records tagged; this process only, as nextest runs each test in its own).
 #[test]
 fn vulkan_tagged_merges_compute_the_staged_bits() {
-    assert_switch_keeps_the_staged_bits("tagged merges", "STRATA_VULKAN_TAGGED_MERGE", "1", &[("STRATA_ATTENTION_GQA_FROM", "off")], strata_gpu::vulkan::tagged_merges_recorded, |layers| layers);
+    std::env::set_var("STRATA_ATTENTION_GQA_FROM", "24");
+    assert_switch_keeps_the_staged_bits("tagged merges", "STRATA_VULKAN_TAGGED_MERGE", "1", &[], strata_gpu::vulkan::tagged_merges_recorded, |layers| layers);
 }
 
 /// Decode attention through the long-context kernel (a workgroup per KV head,

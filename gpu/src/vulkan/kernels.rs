@@ -118,6 +118,9 @@ pub enum Kernel {
     /// [`Kernel::AttentionCombineIntTagged`] recorded after it without a pipeline barrier
     /// (`STRATA_VULKAN_TAGGED_MERGE=1`).
     AttentionDecodeTaggedOut,
+    /// AttentionDecodeGqa writing its split records as (bits, tag) pairs, beside
+    /// [`Kernel::AttentionDecodeTaggedOut`] (the merge after both reads them tagged).
+    AttentionDecodeGqaTaggedOut,
     /// AttentionDecode whose last workgroup per chunk of 256 outputs merges the splits and
     /// quantizes them for the output projection (AttentionCombineInt's bits, one stage less).
     AttentionDecodeFused(ActRounding),
@@ -586,6 +589,7 @@ impl Kernel {
             Kernel::AttentionDecode => spv!("attention_decode"),
             Kernel::AttentionDecodeTaggedOut => spv!("attention_decode_tagged"),
             Kernel::AttentionDecodeGqa => spv!("attention_decode_gqa"),
+            Kernel::AttentionDecodeGqaTaggedOut => spv!("attention_decode_gqa_tagged"),
             Kernel::AttentionCombine => spv!("attention_combine"),
             Kernel::AttentionExact => rounding!("attention_exact", v),
             Kernel::SwiGlu => spv!("swiglu"),

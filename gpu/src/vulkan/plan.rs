@@ -1575,9 +1575,8 @@ impl VulkanPlan {
                                 && !read_before_written(&ops[op_index + 2..], *out)
                         });
                         // The merge reading the split records tagged, recorded with no barrier
-                        // between them (opt-in, one-token steps; not beside the long-context
-                        // kernel, whose records are not tagged).
-                        let tagged_merge = combine_rounding.filter(|_| tagged_merges && per_head_decode_attention() && gqa_from == u32::MAX && prefetch == 0 && hp.n_layers < 256);
+                        // between them (opt-in, one-token steps; both split kernels tag).
+                        let tagged_merge = combine_rounding.filter(|_| tagged_merges && per_head_decode_attention() && prefetch == 0 && hp.n_layers < 256);
                         if let Some(r) = fused_combine {
                             // The splits merged and quantized for the output projection by the last
                             // workgroup of each chunk: one stage instead of two. (The f32 output is
@@ -1595,7 +1594,12 @@ impl VulkanPlan {
                             // (Each layer's records carry a tag of their own: they are rewritten
                             // every layer.)
                             let salt = *layer as u32 + 1;
-                            rec.dispatch_indirect(Kernel::AttentionDecodeTaggedOut, &push.u32(gqa_from).u32(salt), params_buffer, header_at + (HEADER_ATTENTION_DECODE_ARGS * 4) as u64)?;
+                            // (Short and long contexts' tokens: disjoint records, as below.)
+                            let push = push.u32(gqa_from).u32(salt);
+                            rec.dispatch_indirect(Kernel::AttentionDecodeTaggedOut, &push, params_buffer, header_at + (HEADER_ATTENTION_DECODE_ARGS * 4) as u64)?;
+                            if gqa_from != u32::MAX {
+                                rec.dispatch_indirect(Kernel::AttentionDecodeGqaTaggedOut, &push, params_buffer, header_at + (HEADER_ATTENTION_GQA_ARGS * 4) as u64)?;
+                            }
                             let cols = hp.n_heads * hp.head_dim;
                             let push = quantizing_push(&[partial.address, p_header, addr_of(*out)], rounded[r as usize].address, cols, graph.buffer(*out).width, n).u32(hp.head_dim as u32).u32(salt);
                             rec.dispatch(Kernel::AttentionCombineIntTagged(r), &push.tail_addrs(&[grid_sync + 8]), int_quantize_groups(n, cols))?;
@@ -1958,8 +1962,8 @@ const CHAIN_LINE_WORDS: u64 = 1024;
 /// pipeline barrier between them (opt-in, read at each recording): `STRATA_VULKAN_TAGGED_NORM=1`
 /// each RMSNorm after a residual add, `STRATA_VULKAN_TAGGED_QUANT=1` the SwiGLU row's
 /// quantization, `STRATA_VULKAN_TAGGED_MERGE=1` the attention merge (and its quantization) after
-/// the split kernel ([`Kernel::AttentionDecodeTaggedOut`], [`Kernel::AttentionCombineIntTagged`];
-/// not where the long-context kernel may run, `STRATA_ATTENTION_GQA_FROM=off` then). The product also writes its row with the step's tag
+/// the split kernels ([`Kernel::AttentionDecodeTaggedOut`] and [`Kernel::AttentionDecodeGqaTaggedOut`],
+/// [`Kernel::AttentionCombineIntTagged`]). The product also writes its row with the step's tag
 /// ([`Kernel::MatVecInt1TaggedOut`], [`Kernel::MatVecIntSwiGluF32TaggedOut`]), and the small
 /// stage, whose workgroups the driver may start while the product still runs, waits for this
 /// step's tags itself ([`Kernel::RmsNormIntTagged`], [`Kernel::QuantizeActIntTagged`]): its

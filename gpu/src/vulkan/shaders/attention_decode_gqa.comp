@@ -49,7 +49,16 @@ layout(push_constant) uniform Push {
     float scale;
     // Tokens of at least this many positions are this kernel's.
     uint gqa_from;
+#ifdef TAGGED_OUT
+    // The partial records written as (bits, tag) pairs instead, as attention_decode.comp's
+    // TAGGED_OUT build writes them (the merge after both waits on the tags): the step's tag
+    // (header word 3) times 256 plus this, the layer's salt.
+    uint tag_salt;
+#endif
 } pc;
+#ifdef TAGGED_OUT
+layout(buffer_reference, std430, buffer_reference_align = 8) buffer U32x2s { uvec2 v[]; };
+#endif
 
 shared float qs[MAX_GROUP * MAX_HD];
 // Scores of the tile per head, then (in place) their softmax weights.
@@ -264,7 +273,13 @@ void main() {
     barrier();
     // Partial record of (token, query head, split): [max, sum, hd weighted values], the slices
     // summed in order.
+#ifdef TAGGED_OUT
+    // One 8-byte store a value: the value and the proof that it is this layer's arrive together.
+    uint tag = header.v[3] * 256u + pc.tag_salt;
+    U32x2s tout = U32x2s(pc.partial);
+#else
     F32s out_ = F32s(pc.partial);
+#endif
     for (uint i = tid; i < group * hd; i += WG) {
         uint g = i / hd;
         uint d = i % hd;
@@ -273,10 +288,18 @@ void main() {
             o += v_sums[(s * MAX_GROUP + g) * hd + d];
         }
         uint base = ((t * pc.n_heads + kvh * group + g) * n_splits + split) * (hd + 2);
+#ifdef TAGGED_OUT
+        tout.v[base + 2 + d] = uvec2(floatBitsToUint(o), tag);
+        if (d == 0) {
+            tout.v[base] = uvec2(floatBitsToUint(m_run[g]), tag);
+            tout.v[base + 1] = uvec2(floatBitsToUint(l_run[g]), tag);
+        }
+#else
         out_.v[base + 2 + d] = o;
         if (d == 0) {
             out_.v[base] = m_run[g];
             out_.v[base + 1] = l_run[g];
         }
+#endif
     }
 }
