@@ -3,18 +3,10 @@
 # all three (with the short-context attention only), two interleaved rounds; the greedy tokens
 # and the KL against the CPU of the default and of all three forms. Carry [".gl", ".carryt"].
 # Run: BUDGET_S=300 OUT=$OUT bash bench/results/h200-vulkan-decode-2026-12-01/session43/s43a.sh
-source bench/results/h200-vulkan-decode-2026-12-01/session42/common.sh
+source bench/results/h200-vulkan-decode-2026-12-01/session43/common.sh
 nq=STRATA_VULKAN_TAGGED_NORM=1,STRATA_VULKAN_TAGGED_QUANT=1
 all=$nq,STRATA_VULKAN_TAGGED_MERGE=1,STRATA_ATTENTION_GQA_FROM=off
 variants="X=1 $nq $all"
-decode_rep() {
-  for ty in Q4_K Q4_1; do
-    for v in $variants; do
-      [ "$(left)" -lt 40 ] && { echo "out of time before $ty $v"; return; }
-      bench $bin $ty $v | tee -a $OUT/decode.txt
-    done
-  done
-}
 decode_rep
 for v in $variants; do
   [ "$(left)" -lt 40 ] && { echo "out of time before the tokens of $v"; break; }

@@ -6,18 +6,10 @@
 # time is left, workgroup timelines of a Q4_K step (session 42's timeline build, merge with
 # the short-context kernel only). Carry [".gl", ".carryt"].
 # Run: BUDGET_S=420 OUT=$OUT bash bench/results/h200-vulkan-decode-2026-12-01/session43/s43b.sh
-source bench/results/h200-vulkan-decode-2026-12-01/session42/common.sh
+source bench/results/h200-vulkan-decode-2026-12-01/session43/common.sh
 nq=STRATA_VULKAN_TAGGED_NORM=1,STRATA_VULKAN_TAGGED_QUANT=1
 all=$nq,STRATA_VULKAN_TAGGED_MERGE=1
 variants="X=1 $nq $all"
-decode_rep() {
-  for ty in Q4_K Q4_1; do
-    for v in $variants; do
-      [ "$(left)" -lt 40 ] && { echo "out of time before $ty $v"; return; }
-      bench $bin $ty $v | tee -a $OUT/decode.txt
-    done
-  done
-}
 long_rep() {
   for v in X=1 $all; do
     [ "$(left)" -lt 60 ] && { echo "out of time before 8192 $v"; return; }
