@@ -109,6 +109,11 @@ fn main() {
         // their outputs by that norm (NORM_SCALE), 128 and 64 lanes a row.
         {
             let act = if matches!(ty.as_str(), "q4_k" | "q6_k") { "ACT_Q8_K" } else { "ACT_Q8_0" };
+            // Where the tagged products read the step's tag (matvec_q.comp): Q4_1's where each
+            // output is stored (its down projection then keeps the plain build's 40 registers, not
+            // 48: 7B decode +1.8% on an H100), the others' first (Q4_K's down keeps 61 registers
+            // against 52, yet the late read made its decode 1.9% slower).
+            let tag_at_store = if ty == "q4_1" { "TAG_AT_STORE" } else { "TAG_EARLY" };
             for (name, defines) in [
                 (format!("matvec_q1_r2_normout_{ty}"), vec!["ROWS=2"]),
                 (format!("matvec_q1_r2_normout_{ty}_g2"), vec!["ROWS=2", "GROUPS=2"]),
@@ -119,14 +124,14 @@ fn main() {
                 let d: Vec<&str> = [t.as_str(), "NT=1", "NORM_EPILOGUE", act].into_iter().chain(defines.iter().copied()).collect();
                 compile_with(&glslc, "matvec_q", &name, &d, &out);
                 // The same layouts writing their outputs tagged with the step (TAGGED_OUT).
-                let d: Vec<&str> = [t.as_str(), "NT=1", "TAGGED_OUT"].into_iter().chain(defines).collect();
+                let d: Vec<&str> = [t.as_str(), "NT=1", "TAGGED_OUT", tag_at_store].into_iter().chain(defines).collect();
                 compile_with(&glslc, "matvec_q", &name.replace("_normout", "_tagout"), &d, &out);
             }
             for (suffix, groups) in &PRODUCT_LAYOUTS[..2] {
                 let g = format!("GROUPS={groups}");
                 // The f32 SwiGLU pair writing its row tagged with the step too (TAGGED_OUT).
-                compile_with(&glslc, "matvec_q", &format!("matvec_swiglu_tagout_{ty}_f32{suffix}"), &[&t, "NT=1", "ROWS=2", "SWIGLU_PAIR", "ACT_Q8_0", "NO_TICKET", "TAGGED_OUT", &g], &out);
-                compile_with(&glslc, "matvec_q", &format!("matvec_swiglu_tagout_{ty}_f32_p2{suffix}"), &[&t, "NT=1", "ROWS=4", "PAIRS=2", "SWIGLU_PAIR", "ACT_Q8_0", "NO_TICKET", "TAGGED_OUT", &g], &out);
+                compile_with(&glslc, "matvec_q", &format!("matvec_swiglu_tagout_{ty}_f32{suffix}"), &[&t, "NT=1", "ROWS=2", "SWIGLU_PAIR", "ACT_Q8_0", "NO_TICKET", "TAGGED_OUT", tag_at_store, &g], &out);
+                compile_with(&glslc, "matvec_q", &format!("matvec_swiglu_tagout_{ty}_f32_p2{suffix}"), &[&t, "NT=1", "ROWS=4", "PAIRS=2", "SWIGLU_PAIR", "ACT_Q8_0", "NO_TICKET", "TAGGED_OUT", tag_at_store, &g], &out);
                 compile_with(&glslc, "matvec_q", &format!("matvec_qkv_scaled_{ty}{suffix}"), &[&t, "NT=1", "ROWS=2", "QKV_ROPE", "NORM_SCALE", &g], &out);
                 compile_with(&glslc, "matvec_q", &format!("matvec_swiglu_scaled_{ty}_f32{suffix}"), &[&t, "NT=1", "ROWS=2", "SWIGLU_PAIR", "ACT_Q8_0", "NO_TICKET", "NORM_SCALE", &g], &out);
                 compile_with(&glslc, "matvec_q", &format!("matvec_swiglu_scaled_{ty}_f32_p2{suffix}"), &[&t, "NT=1", "ROWS=4", "PAIRS=2", "SWIGLU_PAIR", "ACT_Q8_0", "NO_TICKET", "NORM_SCALE", &g], &out);

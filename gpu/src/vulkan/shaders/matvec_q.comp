@@ -314,9 +314,15 @@ void norm_prologue() {
 
 #define PC(name) pc.name
 
-#if defined(TAGGED_OUT)
-// The step's tag (the step header's word 3), which the tagged outputs carry.
+// The step's tag (the step header's word 3), which the tagged outputs carry. TAG_AT_STORE
+// builds read it where each output is stored, so that no register holds it through the
+// product; the others (build.rs passes TAG_EARLY) read it first, so that its latency hides
+// behind the product's. Which is faster depends on the type's registers (build.rs).
+#if defined(TAGGED_OUT) && defined(TAG_AT_STORE)
+#define STEP_TAG (U32s(pc.tag_header).v[3])
+#elif defined(TAGGED_OUT)
 uint step_tag;
+#define STEP_TAG step_tag
 #endif
 
 #if defined(NORM_SCALE)
@@ -433,7 +439,7 @@ void main() {
     }
     chain_signal();
 #else
-#if defined(TAGGED_OUT)
+#if defined(TAGGED_OUT) && !defined(TAG_AT_STORE)
     // Loaded first: its latency then hides behind the product's.
     step_tag = U32s(pc.tag_header).v[3];
 #endif

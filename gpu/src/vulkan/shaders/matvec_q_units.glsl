@@ -212,7 +212,7 @@ void UNITS_FN(uint wg) {
                 float y = ggml_silu(gu[0]) * gu[1];
                 F32sC(PC(act)).v[out_row + p] = y;
 #if defined(TAGGED_OUT)
-                U32x2s(PC(tagged)).v[out_row + p] = uvec2(floatBitsToUint(y), step_tag);
+                U32x2s(PC(tagged)).v[out_row + p] = uvec2(floatBitsToUint(y), STEP_TAG);
 #endif
             }
         }
@@ -262,7 +262,7 @@ void UNITS_FN(uint wg) {
             F32s(PC(out_)).v[at] = sum;
 #if defined(TAGGED_OUT)
             // One 8-byte store: the value and the proof that it is this step's arrive together.
-            U32x2s(PC(tagged)).v[at] = uvec2(floatBitsToUint(sum), step_tag);
+            U32x2s(PC(tagged)).v[at] = uvec2(floatBitsToUint(sum), STEP_TAG);
 #endif
 #endif
         }
