@@ -2719,6 +2719,9 @@ impl ForwardPlan for VulkanPlan {
         if result.is_err() {
             // Nothing may stay pending past this call (buffers are reused, the plan may drop).
             let _ = self.commands.timeline.wait(self.commands.timeline.last_submitted());
+            // A give-up in the submission that was still in flight belongs to this failed run,
+            // not to the next step.
+            let _ = self.check_give_ups();
         }
         result
     }
