@@ -1577,6 +1577,16 @@ impl VulkanPlan {
                         // The merge reading the split records tagged, recorded with no barrier
                         // between them (opt-in, one-token steps; both split kernels tag).
                         let tagged_merge = combine_rounding.filter(|_| tagged_merges && per_head_decode_attention() && prefetch == 0 && hp.n_layers < 256);
+                        // The per-head kernel and (where it may run) the long-context one, for short
+                        // and long contexts' tokens (each kernel returns for the other's): they
+                        // write disjoint partial records, so no barrier between the two.
+                        let record_split_kernels = |rec: &mut Recorder<'_>, [per_head, long_context]: [Kernel; 2], push: &Push| -> Result<(), DeviceError> {
+                            rec.dispatch_indirect(per_head, push, params_buffer, header_at + (HEADER_ATTENTION_DECODE_ARGS * 4) as u64)?;
+                            if gqa_from != u32::MAX {
+                                rec.dispatch_indirect(long_context, push, params_buffer, header_at + (HEADER_ATTENTION_GQA_ARGS * 4) as u64)?;
+                            }
+                            Ok(())
+                        };
                         if let Some(r) = fused_combine {
                             // The splits merged and quantized for the output projection by the last
                             // workgroup of each chunk: one stage instead of two. (The f32 output is
@@ -1594,12 +1604,7 @@ impl VulkanPlan {
                             // (Each layer's records carry a tag of their own: they are rewritten
                             // every layer.)
                             let salt = *layer as u32 + 1;
-                            // (Short and long contexts' tokens: disjoint records, as below.)
-                            let push = push.u32(gqa_from).u32(salt);
-                            rec.dispatch_indirect(Kernel::AttentionDecodeTaggedOut, &push, params_buffer, header_at + (HEADER_ATTENTION_DECODE_ARGS * 4) as u64)?;
-                            if gqa_from != u32::MAX {
-                                rec.dispatch_indirect(Kernel::AttentionDecodeGqaTaggedOut, &push, params_buffer, header_at + (HEADER_ATTENTION_GQA_ARGS * 4) as u64)?;
-                            }
+                            record_split_kernels(&mut rec, [Kernel::AttentionDecodeTaggedOut, Kernel::AttentionDecodeGqaTaggedOut], &push.u32(gqa_from).u32(salt))?;
                             let cols = hp.n_heads * hp.head_dim;
                             let push = quantizing_push(&[partial.address, p_header, addr_of(*out)], rounded[r as usize].address, cols, graph.buffer(*out).width, n).u32(hp.head_dim as u32).u32(salt);
                             rec.dispatch(Kernel::AttentionCombineIntTagged(r), &push.tail_addrs(&[grid_sync + 8]), int_quantize_groups(n, cols))?;
@@ -1609,14 +1614,7 @@ impl VulkanPlan {
                             prequantized = Some(rounded[r as usize].address);
                         } else {
                             if n <= INT_MAX_TOKENS && per_head_decode_attention() {
-                                // Short and long contexts' tokens (each kernel returns for the
-                                // other's): they write disjoint partial records, so no barrier
-                                // between the two.
-                                let push = push.u32(gqa_from);
-                                rec.dispatch_indirect(Kernel::AttentionDecode, &push, params_buffer, header_at + (HEADER_ATTENTION_DECODE_ARGS * 4) as u64)?;
-                                if gqa_from != u32::MAX {
-                                    rec.dispatch_indirect(Kernel::AttentionDecodeGqa, &push, params_buffer, header_at + (HEADER_ATTENTION_GQA_ARGS * 4) as u64)?;
-                                }
+                                record_split_kernels(&mut rec, [Kernel::AttentionDecode, Kernel::AttentionDecodeGqa], &push.u32(gqa_from))?;
                             } else {
                                 rec.dispatch_indirect(Kernel::Attention, &push, params_buffer, header_at + (HEADER_ATTENTION_ARGS * 4) as u64)?;
                             }

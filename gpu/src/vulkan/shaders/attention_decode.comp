@@ -249,7 +249,7 @@ void main() {
     uint base = ((t * pc.n_heads + h) * n_splits + split) * (hd + 2);
 #ifdef TAGGED_OUT
     // One 8-byte store a value: the value and the proof that it is this layer's arrive together.
-    uint tag = header.v[3] * 256u + pc.tag_salt;
+    uint tag = split_records_tag(header.v[3], pc.tag_salt);
     U32x2s tout = U32x2s(pc.partial);
     if (tid == 0) {
         tout.v[base] = uvec2(floatBitsToUint(m), tag);

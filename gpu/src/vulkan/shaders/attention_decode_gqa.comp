@@ -275,7 +275,7 @@ void main() {
     // summed in order.
 #ifdef TAGGED_OUT
     // One 8-byte store a value: the value and the proof that it is this layer's arrive together.
-    uint tag = header.v[3] * 256u + pc.tag_salt;
+    uint tag = split_records_tag(header.v[3], pc.tag_salt);
     U32x2s tout = U32x2s(pc.partial);
 #else
     F32s out_ = F32s(pc.partial);

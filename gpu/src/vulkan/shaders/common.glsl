@@ -309,6 +309,14 @@ float ggml_silu(float x) {
     return div_rn(x, 1.0 + ggml_expf(0.0 - x));
 }
 
+// The tag of the attention split records of one layer of a step (attention_decode.comp and
+// attention_decode_gqa.comp TAGGED_OUT, quantize_act.comp COMBINE + TAGGED_IN): every layer
+// rewrites them, so the tag is the step's (header word 3) times 256 plus the layer's salt
+// (plan.rs: layer + 1, for fewer than 256 layers).
+uint split_records_tag(uint step_tag, uint layer_salt) {
+    return step_tag * 256u + layer_salt;
+}
+
 // The KV cell of position `pos` of the sequence whose block table starts at `table_offset`.
 uint kv_cell(U32s tables, uint table_offset, uint pos, uint block_size) {
     return tables.v[table_offset + pos / block_size] * block_size + pos % block_size;

@@ -114,7 +114,7 @@ void input_run(uint row, uint first, uint slot, out float v[8]) {
         uint base = (row * (pc.cols / hd) + e / hd) * n_splits * (hd + 2);
 #if defined(TAGGED_IN)
         bool gave_up = false;
-        m = merge_splits_tagged(pc.x, base, n_splits, hd, e % hd, U32s(pc.header).v[3] * 256u + pc.tag_salt, gave_up);
+        m = merge_splits_tagged(pc.x, base, n_splits, hd, e % hd, split_records_tag(U32s(pc.header).v[3], pc.tag_salt), gave_up);
         if (gave_up) {
             atomicAdd(U32s(pc.give_ups).v[0], 1u);
         }
