@@ -43,6 +43,9 @@ fn main() {
     // Decode attention writing its split records tagged (plan.rs, STRATA_VULKAN_TAGGED_MERGE).
     compile_with(&glslc, "attention_decode", "attention_decode_tagged", &["TAGGED_OUT"], &out);
     compile_with(&glslc, "attention_decode_gqa", "attention_decode_gqa_tagged", &["TAGGED_OUT"], &out);
+    // Both also reading q and the new cell tagged, from QKV recorded right before them.
+    compile_with(&glslc, "attention_decode", "attention_decode_tagged_in", &["TAGGED_OUT", "TAGGED_IN"], &out);
+    compile_with(&glslc, "attention_decode_gqa", "attention_decode_gqa_tagged_in", &["TAGGED_OUT", "TAGGED_IN"], &out);
     compile_with(&glslc, "stage_chain", "stage_chain_big_shared", &["BIG_SHARED"], &out);
     // Kernels whose divisions, square roots or fused multiply-adds must round as the CPU's have
     // three builds (shaders/common.glsl): as written, F64 (divisions and square roots through
@@ -150,6 +153,9 @@ fn main() {
                 build(&format!("matvec_q1_r2_{ty}"), &[&t, "NT=1", "ROWS=2"]);
             }
             build(&format!("matvec_qkv_{ty}"), &[&t, "NT=1", "ROWS=2", "QKV_ROPE"]);
+            // Writing its outputs tagged too, for the attention split kernels recorded right
+            // after it (TAGGED_OUT).
+            build(&format!("matvec_qkv_tagout_{ty}"), &[&t, "NT=1", "ROWS=2", "QKV_ROPE", "TAGGED_OUT"]);
             for (act, define) in [("q8_0", "ACT_Q8_0"), ("q8_k", "ACT_Q8_K")] {
                 build(&format!("matvec_swiglu_{ty}_{act}"), &[&t, "NT=1", "ROWS=2", "SWIGLU_PAIR", define]);
             }

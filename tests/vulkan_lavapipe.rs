@@ -560,6 +560,17 @@ fn vulkan_tagged_merges_compute_the_staged_bits() {
     assert_switch_keeps_the_staged_bits("tagged merges", "STRATA_VULKAN_TAGGED_MERGE", "1", &[], strata_gpu::vulkan::tagged_merges_recorded, |layers| layers);
 }
 
+/// The same for the attention split kernels recorded right after QKV
+/// (`STRATA_VULKAN_TAGGED_ATTENTION=1`: QKV also writes q and the new cell's K and V tagged, and
+/// both split kernels wait for this layer's tags themselves and read the newest cell from that
+/// row, not from the cache), one a layer, with the long-context kernel taking the tokens from 24
+/// positions on.
+#[test]
+fn vulkan_tagged_attention_computes_the_staged_bits() {
+    std::env::set_var("STRATA_ATTENTION_GQA_FROM", "24");
+    assert_switch_keeps_the_staged_bits("tagged attention", "STRATA_VULKAN_TAGGED_ATTENTION", "1", &[], strata_gpu::vulkan::tagged_attentions_recorded, |layers| layers);
+}
+
 /// Decode attention through the long-context kernel (a workgroup per KV head,
 /// attention_decode_gqa.comp), switched on from 40 positions for this test: the logits of the
 /// tokens before that are the per-head kernel's bit for bit, and the others are as close to the

@@ -86,6 +86,10 @@ pub enum Kernel {
     /// tagged with the step, for the [`Kernel::QuantizeActIntTagged`] recorded after it without
     /// a pipeline barrier (`STRATA_VULKAN_TAGGED_QUANT=1`).
     MatVecIntSwiGluF32TaggedOut(WeightFormat, ProductLayout, u8),
+    /// MatVecIntRope that also writes its outputs as (bits, tag) pairs, for the
+    /// [`Kernel::AttentionDecodeTaggedIn`] split kernels recorded right after QKV without a
+    /// pipeline barrier (`STRATA_VULKAN_TAGGED_ATTENTION`).
+    MatVecIntRopeTaggedOut(WeightFormat, ProductLayout),
     /// MatVecIntRope whose input records hold `x * weight` of an RMSNorm done by a
     /// [`Kernel::MatVecInt1NormOut`]: it multiplies its outputs by the norm's scale.
     MatVecIntRopeScaled(WeightFormat, ProductLayout),
@@ -121,6 +125,12 @@ pub enum Kernel {
     /// AttentionDecodeGqa writing its split records as (bits, tag) pairs, beside
     /// [`Kernel::AttentionDecodeTaggedOut`] (the merge after both reads them tagged).
     AttentionDecodeGqaTaggedOut,
+    /// [`Kernel::AttentionDecodeTaggedOut`] that reads the layer's q and the new cell's K and V
+    /// from the tagged row QKV wrote ([`Kernel::MatVecIntRopeTaggedOut`]), recorded right after
+    /// QKV without a pipeline barrier.
+    AttentionDecodeTaggedIn,
+    /// [`Kernel::AttentionDecodeGqaTaggedOut`] likewise, beside [`Kernel::AttentionDecodeTaggedIn`].
+    AttentionDecodeGqaTaggedIn,
     /// AttentionDecode whose last workgroup per chunk of 256 outputs merges the splits and
     /// quantizes them for the output projection (AttentionCombineInt's bits, one stage less).
     AttentionDecodeFused(ActRounding),
@@ -535,6 +545,7 @@ impl Kernel {
             Kernel::MatVecInt1Unrolled(f, 2) => per_int_format!(f, "matvec_q1_r2", "_u2"),
             Kernel::MatVecInt1Unrolled(f, _) => per_int_format!(f, "matvec_q1_r4", "_u2"),
             Kernel::MatVecIntRope(f, l) => per_layout!(f, l, "matvec_qkv", ""),
+            Kernel::MatVecIntRopeTaggedOut(f, l) => per_layout!(f, l, "matvec_qkv_tagout", ""),
             Kernel::MatVecIntSwiGlu(f, ActRounding::Q8_0, l) => per_layout!(f, l, "matvec_swiglu", "_q8_0"),
             Kernel::MatVecIntSwiGlu(f, ActRounding::Q8_K, l) => per_layout!(f, l, "matvec_swiglu", "_q8_k"),
             Kernel::MatVecIntSwiGluF32(f, l, 2) => per_layout!(f, l, "matvec_swiglu", "_f32_p2"),
@@ -590,6 +601,8 @@ impl Kernel {
             Kernel::AttentionDecodeTaggedOut => spv!("attention_decode_tagged"),
             Kernel::AttentionDecodeGqa => spv!("attention_decode_gqa"),
             Kernel::AttentionDecodeGqaTaggedOut => spv!("attention_decode_gqa_tagged"),
+            Kernel::AttentionDecodeTaggedIn => spv!("attention_decode_tagged_in"),
+            Kernel::AttentionDecodeGqaTaggedIn => spv!("attention_decode_gqa_tagged_in"),
             Kernel::AttentionCombine => spv!("attention_combine"),
             Kernel::AttentionExact => rounding!("attention_exact", v),
             Kernel::SwiGlu => spv!("swiglu"),

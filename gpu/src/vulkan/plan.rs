@@ -799,19 +799,21 @@ impl VulkanPlan {
         // `chain_record_slots`).
         let chain_slot_bytes = int_act_record(widest_input).0.next_multiple_of(256) as u64;
         sizes.push(chain_slot_bytes * chain_record_slots(&graph.ops) as u64);
-        // Tagged rows: 8 bytes an element of the widest row an RMSNorm or a quantization reads.
+        // Tagged rows: 8 bytes an element of the widest row an RMSNorm or a quantization reads,
+        // or of a layer's q and new K and V rows.
         let tagged_row_width = graph
             .ops
             .iter()
             .filter_map(|op| match op {
                 Op::RmsNorm { input, .. } => Some(graph.buffer(*input).width),
                 Op::SwiGlu { out, .. } => Some(graph.buffer(*out).width),
+                Op::Attention { .. } => Some((hp.n_heads + 2 * hp.n_kv_heads) * hp.head_dim),
                 _ => None,
             })
             .max()
             .unwrap_or(0);
         let tagged_slot_bytes = (tagged_row_width * 8).next_multiple_of(256) as u64;
-        sizes.push(tagged_slot_bytes * tagged_norm_slots(&graph.ops) as u64);
+        sizes.push(tagged_slot_bytes * tagged_slot_count(&graph.ops) as u64);
         let mut slices = arena.alloc_all(&sizes)?;
         let tagged_rows = slices.pop().expect("allocated");
         let chain_records = slices.pop().expect("allocated");
@@ -1101,6 +1103,16 @@ impl VulkanPlan {
         let tagged_norms = tagged && tagged_knob("STRATA_VULKAN_TAGGED_NORM");
         let tagged_quants = tagged && tagged_knob("STRATA_VULKAN_TAGGED_QUANT");
         let tagged_merges = tagged && tagged_knob("STRATA_VULKAN_TAGGED_MERGE");
+        // The split kernels recorded right after QKV (beside the tagged merge after them).
+        let tagged_attention = tagged_merges && std::env::var("STRATA_VULKAN_TAGGED_ATTENTION").as_deref() == Ok("1");
+        // The rounding of the merge after the split kernels of the attention at `at`, where it
+        // reads their records tagged (with no barrier between them; one-token steps, both split
+        // kernels tag) and quantizes for the output projection after it.
+        let tagged_merge_at = |at: usize| -> Option<ActRounding> {
+            let Some(Op::Attention { out, .. }) = ops.get(at) else { return None };
+            fused_product_rounding(ctx, weights, ops.get(at + 1), *out, n, Some("STRATA_VULKAN_FUSE_COMBINE"))
+                .filter(|_| tagged_merges && per_head_decode_attention() && prefetch == 0 && hp.n_layers < 256 && std::env::var("STRATA_VULKAN_FUSE_ATTENTION").as_deref() != Ok("1"))
+        };
         let (tagged_rows, tagged_slot_bytes) = (self.tagged_rows.address, self.tagged_slot_bytes);
         if chain.enabled {
             rec.zero(counters_buffer, chain_offset, chain_bytes());
@@ -1142,8 +1154,13 @@ impl VulkanPlan {
             let mut tagged_norm_input: Option<(u64, u64)> = None;
             // Likewise for the SwiGLU row's quantization.
             let mut tagged_quant_input: Option<(u64, u64)> = None;
+            // Set by QKV when it wrote q and the new cell tagged, for the split kernels after it,
+            // recorded with no barrier between them: the tagged row's slot and where the merge
+            // after them writes its records (not a buffer QKV reads: QKV may still be reading
+            // when a merge of the first heads' splits is done).
+            let mut tagged_attention_input: Option<(u64, u64)> = None;
             let tagged_records = |r: ActRounding, read: u64| if read == rounded_alt.address { rounded[r as usize].address } else { rounded_alt.address };
-            let mut tagged_slots = (0..tagged_norm_slots(ops) as u64).map(|i| tagged_rows + i * tagged_slot_bytes);
+            let mut tagged_slots = (0..tagged_slot_count(ops) as u64).map(|i| tagged_rows + i * tagged_slot_bytes);
             for (op_index, op) in ops.iter().enumerate() {
                 if skip_ops > 0 {
                     skip_ops -= 1;
@@ -1362,6 +1379,24 @@ impl VulkanPlan {
                             // stage instead of two (the rotation pairs of a head in one workgroup).
                             let (kc, vc, stride) = kv_addresses(ctx, kv, layer)?;
                             let scaled = norm_scaled.take();
+                            // The records each projection reads.
+                            let mut reads = Vec::with_capacity(3);
+                            for p in outputs.iter() {
+                                let w = weights[p.weight.0 as usize].ok_or_else(|| unsupported(ctx, "weight not uploaded".into()))?;
+                                let rounding = ActRounding::for_format(w.layout.format).ok_or_else(|| unsupported(ctx, "fused QKV without 8-bit activations".into()))?;
+                                reads.push(records_at.unwrap_or(rounded[rounding as usize].address));
+                            }
+                            // Written tagged too, for the split kernels recorded right after it
+                            // (`STRATA_VULKAN_TAGGED_ATTENTION=1`): the layer's slot of tagged rows
+                            // and where the merge writes its records.
+                            let tagged_out = if tagged_attention && norm.is_none() && scaled.is_none() && matches!(ops.get(op_index + 4), Some(Op::Attention { q, .. }) if *q == q_buf) {
+                                tagged_merge_at(op_index + 4)
+                                    .and_then(|r| [rounded[r as usize].address, rounded_alt.address].into_iter().find(|b| !reads.contains(b)))
+                                    .and_then(|records| Some((tagged_slots.next()?, records)))
+                            } else {
+                                None
+                            };
+                            let (q_width, kv_width) = ((hp.n_heads * hp.head_dim) as u64, (hp.n_kv_heads * hp.head_dim) as u64);
                             for (mode, p) in outputs.iter().enumerate() {
                                 let w = weights[p.weight.0 as usize].ok_or_else(|| unsupported(ctx, "weight not uploaded".into()))?;
                                 let bias = p.bias.and_then(|b| weights[b.0 as usize]).map_or(0, |b| b.address);
@@ -1380,7 +1415,7 @@ impl VulkanPlan {
                                     .addr(bias)
                                     .addr(rope_table.address)
                                     .addr(p_pos)
-                                    .addr(p_seq)
+                                    .addr(p_header)
                                     .addr(p_toff)
                                     .addr(p_tables);
                                 let push = match (norm, scaled) {
@@ -1388,10 +1423,12 @@ impl VulkanPlan {
                                     (None, Some(partials)) => push.addr(partials),
                                     (None, None) => push,
                                 };
+                                // (Tagged builds: the layer's tag salt rides in the mode word's high bits.)
+                                let mode_word = mode as u32 | tagged_out.map_or(0, |_| (layer as u32 + 1) << 8);
                                 let push = push
                                     .u32(w.cols as u32)
                                     .u32(meta_offset as u32)
-                                    .u32(mode as u32)
+                                    .u32(mode_word)
                                     .u32(hp.head_dim as u32)
                                     .u32((hp.rope_dims / 2) as u32)
                                     .u32(u32::from(graph.rope_style == RopeStyle::Neox))
@@ -1399,6 +1436,12 @@ impl VulkanPlan {
                                     .u32(block_size as u32)
                                     .u32((w.rows / 2) as u32);
                                 let groups = (w.rows / 2).div_ceil(layout.groups());
+                                if let Some((slot, _)) = tagged_out {
+                                    // q, then K, then V in the layer's tagged row.
+                                    let part = [0, q_width, q_width + kv_width][mode] * 8;
+                                    rec.dispatch(Kernel::MatVecIntRopeTaggedOut(w.layout.format, layout), &push.tail_addrs(&[slot + part]), [groups as u32, 1, 1])?;
+                                    continue;
+                                }
                                 match (norm, scaled) {
                                     (Some((_, _, eps)), _) => rec.dispatch(Kernel::MatVecIntRopeNorm(w.layout.format, layout), &push.f32(eps), [groups.min(persistent_groups(ctx)) as u32, 1, 1])?,
                                     (None, Some(_)) => rec.dispatch(Kernel::MatVecIntRopeScaled(w.layout.format, layout), &push, [groups as u32, 1, 1])?,
@@ -1408,6 +1451,7 @@ impl VulkanPlan {
                             // Both RoPEs and the store.
                             skip_ops = 3;
                             fused[0] += 1;
+                            tagged_attention_input = tagged_out;
                         } else {
                         for p in outputs {
                             let w = weights[p.weight.0 as usize].ok_or_else(|| unsupported(ctx, "weight not uploaded".into()))?;
@@ -1575,8 +1619,11 @@ impl VulkanPlan {
                                 && !read_before_written(&ops[op_index + 2..], *out)
                         });
                         // The merge reading the split records tagged, recorded with no barrier
-                        // between them (opt-in, one-token steps; both split kernels tag).
-                        let tagged_merge = combine_rounding.filter(|_| tagged_merges && per_head_decode_attention() && prefetch == 0 && hp.n_layers < 256);
+                        // between them (one-token steps; both split kernels tag).
+                        let tagged_merge = tagged_merge_at(op_index);
+                        // Also the split kernels reading q and the new cell tagged from QKV, with no
+                        // barrier before them either.
+                        let tagged_in = tagged_attention_input.take();
                         // The per-head kernel and (where it may run) the long-context one, for short
                         // and long contexts' tokens (each kernel returns for the other's): they
                         // write disjoint partial records, so no barrier between the two.
@@ -1604,14 +1651,25 @@ impl VulkanPlan {
                             // (Each layer's records carry a tag of their own: they are rewritten
                             // every layer.)
                             let salt = *layer as u32 + 1;
-                            record_split_kernels(&mut rec, [Kernel::AttentionDecodeTaggedOut, Kernel::AttentionDecodeGqaTaggedOut], &push.u32(gqa_from).u32(salt))?;
+                            let push = push.u32(gqa_from).u32(salt);
+                            let records = match tagged_in {
+                                Some((row, records)) => {
+                                    record_split_kernels(&mut rec, [Kernel::AttentionDecodeTaggedIn, Kernel::AttentionDecodeGqaTaggedIn], &push.tail_addrs(&[row, grid_sync + 8]))?;
+                                    TAGGED_ATTENTIONS_RECORDED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                    records
+                                }
+                                None => {
+                                    record_split_kernels(&mut rec, [Kernel::AttentionDecodeTaggedOut, Kernel::AttentionDecodeGqaTaggedOut], &push)?;
+                                    rounded[r as usize].address
+                                }
+                            };
                             let cols = hp.n_heads * hp.head_dim;
-                            let push = quantizing_push(&[partial.address, p_header, addr_of(*out)], rounded[r as usize].address, cols, graph.buffer(*out).width, n).u32(hp.head_dim as u32).u32(salt);
+                            let push = quantizing_push(&[partial.address, p_header, addr_of(*out)], records, cols, graph.buffer(*out).width, n).u32(hp.head_dim as u32).u32(salt);
                             rec.dispatch(Kernel::AttentionCombineIntTagged(r), &push.tail_addrs(&[grid_sync + 8]), int_quantize_groups(n, cols))?;
                             // (Its give-ups are counted where the grid barriers' are.)
                             grid_barriers = true;
                             TAGGED_MERGES_RECORDED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                            prequantized = Some(rounded[r as usize].address);
+                            prequantized = Some(records);
                         } else {
                             if n <= INT_MAX_TOKENS && per_head_decode_attention() {
                                 record_split_kernels(&mut rec, [Kernel::AttentionDecode, Kernel::AttentionDecodeGqa], &push.u32(gqa_from))?;
@@ -1662,7 +1720,7 @@ impl VulkanPlan {
                         rec.dispatch(Kernel::SelectRows, &push, [n_out as u32, 1, 1])?;
                     }
                 }
-                if tagged_norm_input.is_none() {
+                if tagged_norm_input.is_none() && tagged_attention_input.is_none() {
                     chain.end_stage(&mut rec);
                 }
                 if let Some((pool, _)) = op_stamps {
@@ -1978,9 +2036,18 @@ fn tagged_knob(knob: &str) -> bool {
         && !["STRATA_VULKAN_NORM_EPILOGUE", "STRATA_VULKAN_NORM_PROLOGUE", "STRATA_VULKAN_PERSISTENT_FFN", "STRATA_VULKAN_FUSE_SWIGLU_PRODUCT"].iter().any(|k| std::env::var(k).as_deref() == Ok("1"))
 }
 
-/// Tagged-row slots a step can use: one per RMSNorm and SwiGLU of the graph.
-fn tagged_norm_slots(ops: &[Op]) -> usize {
-    ops.iter().filter(|op| matches!(op, Op::RmsNorm { .. } | Op::SwiGlu { .. })).count()
+/// Tagged-row slots a step can use: one per RMSNorm, SwiGLU and attention of the graph.
+fn tagged_slot_count(ops: &[Op]) -> usize {
+    ops.iter().filter(|op| matches!(op, Op::RmsNorm { .. } | Op::SwiGlu { .. } | Op::Attention { .. })).count()
+}
+
+/// QKV products recorded writing q and the new cell tagged for the split kernels after them
+/// (`STRATA_VULKAN_TAGGED_ATTENTION=1`) in this process.
+static TAGGED_ATTENTIONS_RECORDED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many split kernels reading q and the new cell tagged this process has recorded.
+pub fn tagged_attentions_recorded() -> u64 {
+    TAGGED_ATTENTIONS_RECORDED.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// SwiGLU rows' quantizations recorded reading a tagged row (`STRATA_VULKAN_TAGGED_QUANT=1`)

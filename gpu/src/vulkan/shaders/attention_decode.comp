@@ -62,9 +62,20 @@ layout(push_constant) uniform Push {
     // plus this, the layer's salt: the records are rewritten by every layer of a step.
     uint tag_salt;
 #endif
+#ifdef TAGGED_IN
+    // This layer's q and the new cell's K and V as the QKV products wrote them (matvec_q.comp
+    // QKV_ROPE + TAGGED_OUT), recorded right before this dispatch without a pipeline barrier:
+    // (bits, tag) per element, q (f32) of every query head, then K and V (f16 bits) of every
+    // KV head, tagged as the split records are. And the word that counts waits that gave up.
+    uint64_t tagged_qkv;
+    uint64_t give_ups;
+#endif
 } pc;
 #if defined(TAGGED_OUT) && defined(FUSED_COMBINE)
 #error "the tagged records are the split kernel's, merged by a dispatch of its own"
+#endif
+#if defined(TAGGED_IN) && !defined(TAGGED_OUT)
+#error "the tagged inputs' build tags its records too (the merge after it waits on them)"
 #endif
 
 #ifdef FUSED_COMBINE
@@ -89,6 +100,13 @@ shared float merged[256];
 #endif
 #ifdef TAGGED_OUT
 layout(buffer_reference, std430, buffer_reference_align = 8) buffer U32x2s { uvec2 v[]; };
+#endif
+#ifdef TAGGED_IN
+#include "tagged.glsl"
+// The newest cell's K and V rows of this KV head (f16 pairs), from the tagged row: the cache's
+// copy may not be written yet when this workgroup reaches it.
+shared uint k_new[MAX_HD / 2];
+shared uint v_new[MAX_HD / 2];
 #endif
 
 shared float qs[MAX_HD];
@@ -120,10 +138,6 @@ void main() {
     uint table_offset = U32s(pc.table_offsets).v[t];
     U32s tables = U32s(pc.tables);
 
-    // The query, rounded to f16 as the CPU device (and ggml) does before meeting the f16 cache.
-    for (uint d = tid; d < hd; d += WG) {
-        qs[d] = f16_rne(F32s(pc.q).v[t * pc.q_stride + h * hd + d]);
-    }
     // K: invocation tid takes position tid % TILE of the tile and half tid / TILE of its row
     // (row vectors of 8 halves: the first ceil(n/2) vectors, or the rest).
     uint jj = tid % TILE;
@@ -139,7 +153,66 @@ void main() {
     uint slice = (TILE + v_groups - 1) / v_groups;
     U32s vc = U32s(pc.v_cache);
     U32x4s kc = U32x4s(pc.k_cache);
+#ifdef TAGGED_IN
+    // While QKV may still run: the first tile's past K and V rows (this invocation's position
+    // and half row, a word a 32-byte sector) brought towards the caches, then the query and
+    // (in the split holding it) the newest cell polled from the tagged row. The touched words
+    // are kept by a store that never happens.
+    uint touched = 0u;
+    {
+        uint j = j_begin + jj;
+        if (j + 1 < len && j < j_end) {
+            uint cell = kv_cell(tables, table_offset, j, pc.block_size);
+            uint kw = (cell * pc.row_stride + kvh * hd) / 2;
+            for (uint v = vec_begin; v < vec_end; v += 2) {
+                touched ^= U32s(pc.k_cache).v[kw + 4 * v] ^ vc.v[kw + 4 * v];
+            }
+        }
+    }
+    uint tag = split_records_tag(header.v[3], pc.tag_salt);
+    bool newest_here = j_end == len;
+    uint pairs = hd / 2;
+    uint kv_at = pc.n_heads * pairs + kvh * pairs;
+    uint v_at = kv_at + pc.n_kv_heads * pairs;
+    bool gave_up = false;
+    for (uint i = tid; i < (newest_here ? 3 : 1) * pairs; i += WG) {
+        uint p = i % pairs;
+        uint at = i < pairs ? h * pairs + p : i < 2 * pairs ? kv_at + p : v_at + p;
+        uvec4 raw;
+        gave_up = tagged_pair_settle(pc.tagged_qkv, at, tag, raw) || gave_up;
+        if (i < pairs) {
+            // The query, rounded to f16 as the CPU device (and ggml) does before meeting the
+            // f16 cache.
+            qs[2 * p] = f16_rne(uintBitsToFloat(raw.x));
+            qs[2 * p + 1] = f16_rne(uintBitsToFloat(raw.z));
+        } else if (i < 2 * pairs) {
+            k_new[p] = (raw.x & 0xffffu) | (raw.z << 16);
+        } else {
+            v_new[p] = (raw.x & 0xffffu) | (raw.z << 16);
+        }
+    }
+    if (gave_up) {
+        atomicAdd(U32s(pc.give_ups).v[0], 1u);
+    }
+    if (touched == 0x9E3779B9u && hd == 0u) {
+        qs[0] = uintBitsToFloat(touched);
+    }
+#else
+    // The query, rounded to f16 as the CPU device (and ggml) does before meeting the f16 cache.
+    for (uint d = tid; d < hd; d += WG) {
+        qs[d] = f16_rne(F32s(pc.q).v[t * pc.q_stride + h * hd + d]);
+    }
+#endif
 
+    // Vector v of position j's K row and the pair of dimensions of position j's V row this
+    // invocation sums: the newest position's from the tagged row in TAGGED_IN builds.
+#ifdef TAGGED_IN
+#define K_VEC(j, kb, vec) ((j) + 1 == len ? uvec4(k_new[4 * (vec)], k_new[4 * (vec) + 1], k_new[4 * (vec) + 2], k_new[4 * (vec) + 3]) : kc.v[(kb) + (vec)])
+#define V_PAIR(j, cell) ((j) + 1 == len ? v_new[dp] : vc.v[(cell) * (pc.row_stride / 2) + vbase])
+#else
+#define K_VEC(j, kb, vec) kc.v[(kb) + (vec)]
+#define V_PAIR(j, cell) vc.v[(cell) * (pc.row_stride / 2) + vbase]
+#endif
     float m = -1.0 / 0.0;
     float l = 0.0;
     vec2 acc = vec2(0.0);
@@ -157,7 +230,7 @@ void main() {
             for (uint v0 = vec_begin; v0 < vec_end; v0 += 8) {
                 uvec4 raw[8];
                 [[unroll]] for (uint u = 0; u < 8; u++) {
-                    raw[u] = v0 + u < vec_end ? kc.v[kb + v0 + u] : uvec4(0);
+                    raw[u] = v0 + u < vec_end ? K_VEC(j, kb, v0 + u) : uvec4(0);
                 }
                 [[unroll]] for (uint u = 0; u < 8; u++) {
                     if (v0 + u < vec_end) {
@@ -183,7 +256,7 @@ void main() {
 #if PRE > 0
         uint vpre[PRE];
         [[unroll]] for (uint u = 0; u < PRE; u++) {
-            vpre[u] = vg < v_groups && i_begin + u < i_end ? vc.v[cells[i_begin + u] * (pc.row_stride / 2) + vbase] : 0u;
+            vpre[u] = vg < v_groups && i_begin + u < i_end ? V_PAIR(j0 + i_begin + u, cells[i_begin + u]) : 0u;
         }
 #endif
         float s = (tid < TILE && valid) ? (half_dot[tid] + half_dot[tid + TILE]) * pc.scale : -1.0 / 0.0;
@@ -227,7 +300,7 @@ void main() {
             for (uint i0 = i_begin + PRE; i0 < i_end; i0 += 16) {
                 uint raw[16];
                 [[unroll]] for (uint u = 0; u < 16; u++) {
-                    raw[u] = i0 + u < i_end ? vc.v[cells[i0 + u] * (pc.row_stride / 2) + vbase] : 0u;
+                    raw[u] = i0 + u < i_end ? V_PAIR(j0 + i0 + u, cells[i0 + u]) : 0u;
                 }
                 [[unroll]] for (uint u = 0; u < 16; u++) {
                     if (i0 + u < i_end) {
@@ -249,11 +322,11 @@ void main() {
     uint base = ((t * pc.n_heads + h) * n_splits + split) * (hd + 2);
 #ifdef TAGGED_OUT
     // One 8-byte store a value: the value and the proof that it is this layer's arrive together.
-    uint tag = split_records_tag(header.v[3], pc.tag_salt);
+    uint out_tag = split_records_tag(header.v[3], pc.tag_salt);
     U32x2s tout = U32x2s(pc.partial);
     if (tid == 0) {
-        tout.v[base] = uvec2(floatBitsToUint(m), tag);
-        tout.v[base + 1] = uvec2(floatBitsToUint(l), tag);
+        tout.v[base] = uvec2(floatBitsToUint(m), out_tag);
+        tout.v[base + 1] = uvec2(floatBitsToUint(l), out_tag);
     }
 #else
     if (tid == 0) {
@@ -267,7 +340,7 @@ void main() {
             o += v_sums[g * hd + d];
         }
 #ifdef TAGGED_OUT
-        tout.v[base + 2 + d] = uvec2(floatBitsToUint(o), tag);
+        tout.v[base + 2 + d] = uvec2(floatBitsToUint(o), out_tag);
 #else
         out_.v[base + 2 + d] = o;
 #endif

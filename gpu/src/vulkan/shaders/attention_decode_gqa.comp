@@ -55,9 +55,25 @@ layout(push_constant) uniform Push {
     // (header word 3) times 256 plus this, the layer's salt.
     uint tag_salt;
 #endif
+#ifdef TAGGED_IN
+    // This layer's q and the new cell's K and V as the QKV products wrote them, recorded right
+    // before this dispatch without a pipeline barrier (attention_decode.comp's TAGGED_IN
+    // layout), and the word that counts waits that gave up.
+    uint64_t tagged_qkv;
+    uint64_t give_ups;
+#endif
 } pc;
 #ifdef TAGGED_OUT
 layout(buffer_reference, std430, buffer_reference_align = 8) buffer U32x2s { uvec2 v[]; };
+#endif
+#if defined(TAGGED_IN) && !defined(TAGGED_OUT)
+#error "the tagged inputs' build tags its records too (the merge after it waits on them)"
+#endif
+#ifdef TAGGED_IN
+#include "tagged.glsl"
+// The newest cell's K and V rows of this KV head (f16 pairs), from the tagged row.
+shared uint k_new[MAX_HD / 2];
+shared uint v_new[MAX_HD / 2];
 #endif
 
 shared float qs[MAX_GROUP * MAX_HD];
@@ -111,11 +127,13 @@ void main() {
     uint table_offset = U32s(pc.table_offsets).v[t];
     U32s tables = U32s(pc.tables);
 
+#ifndef TAGGED_IN
     // The group's queries, rounded to f16 as the CPU device (and ggml) does before meeting the
     // f16 cache.
     for (uint i = tid; i < group * hd; i += WG) {
         qs[i] = f16_rne(F32s(pc.q).v[t * pc.q_stride + kvh * group * hd + i]);
     }
+#endif
     if (tid < MAX_GROUP) {
         m_run[tid] = -1.0 / 0.0;
         l_run[tid] = 0.0;
@@ -133,6 +151,13 @@ void main() {
     uint slice = TILE / v_groups;
     uint vbase = kvh * hd / 2 + dp;
     U32s vc = U32s(pc.v_cache);
+    // The pair of dimensions of position j's V row this invocation sums: the newest position's
+    // from the tagged row in TAGGED_IN builds.
+#ifdef TAGGED_IN
+#define V_PAIR(j, cell) ((j) + 1 == len ? v_new[dp] : vc.v[(cell) * (pc.row_stride / 2) + vbase])
+#else
+#define V_PAIR(j, cell) vc.v[(cell) * (pc.row_stride / 2) + vbase]
+#endif
 
     vec2 acc[MAX_GROUP];
     [[unroll]] for (uint g = 0; g < MAX_GROUP; g++) {
@@ -143,6 +168,35 @@ void main() {
     uint next_cell;
     uvec4 next_k[4];
     load_k(kc, tables, table_offset, j_begin + jj, j_end, kvh, hd, c, next_cell, next_k);
+#ifdef TAGGED_IN
+    // While those loads fly (and QKV may still run): the group's queries and (in the split
+    // holding it) the newest cell, polled from the tagged row.
+    uint tag = split_records_tag(header.v[3], pc.tag_salt);
+    uint pairs = hd / 2;
+    uint q_pairs = group * pairs;
+    uint kv_at = pc.n_heads * pairs + kvh * pairs;
+    uint v_at = kv_at + pc.n_kv_heads * pairs;
+    bool gave_up = false;
+    for (uint i = tid; i < q_pairs + (j_end == len ? 2 * pairs : 0); i += WG) {
+        uint p = i < q_pairs ? i : (i - q_pairs) % pairs;
+        uint at = i < q_pairs ? kvh * q_pairs + p : i < q_pairs + pairs ? kv_at + p : v_at + p;
+        uvec4 raw;
+        gave_up = tagged_pair_settle(pc.tagged_qkv, at, tag, raw) || gave_up;
+        if (i < q_pairs) {
+            // The queries, rounded to f16 as the CPU device (and ggml) does before meeting the
+            // f16 cache.
+            qs[2 * p] = f16_rne(uintBitsToFloat(raw.x));
+            qs[2 * p + 1] = f16_rne(uintBitsToFloat(raw.z));
+        } else if (i < q_pairs + pairs) {
+            k_new[p] = (raw.x & 0xffffu) | (raw.z << 16);
+        } else {
+            v_new[p] = (raw.x & 0xffffu) | (raw.z << 16);
+        }
+    }
+    if (gave_up) {
+        atomicAdd(U32s(pc.give_ups).v[0], 1u);
+    }
+#endif
     barrier();
     for (uint j0 = j_begin; j0 < j_end; j0 += TILE) {
         uint j = j0 + jj;
@@ -162,6 +216,13 @@ void main() {
                 uvec4 raw[4];
                 [[unroll]] for (uint u = 0; u < 4; u++) {
                     raw[u] = k0 == 0 ? k_first[u] : k0 + u < k_vecs ? kc.v[kb + c + 4 * (k0 + u)] : uvec4(0);
+#ifdef TAGGED_IN
+                    // The newest position's from the tagged row (the cache's may be unwritten).
+                    uint vec = c + 4 * (k0 + u);
+                    if (j + 1 == len && k0 + u < k_vecs) {
+                        raw[u] = uvec4(k_new[4 * vec], k_new[4 * vec + 1], k_new[4 * vec + 2], k_new[4 * vec + 3]);
+                    }
+#endif
                 }
                 [[unroll]] for (uint u = 0; u < 4; u++) {
                     if (k0 + u < k_vecs) {
@@ -202,7 +263,7 @@ void main() {
         uint i_end = min(n_tile, i_begin + slice);
         uint vpre[PRE];
         [[unroll]] for (uint u = 0; u < PRE; u++) {
-            vpre[u] = i_begin + u < i_end ? vc.v[cells[i_begin + u] * (pc.row_stride / 2) + vbase] : 0u;
+            vpre[u] = i_begin + u < i_end ? V_PAIR(j0 + i_begin + u, cells[i_begin + u]) : 0u;
         }
         load_k(kc, tables, table_offset, j0 + TILE + jj, j_end, kvh, hd, c, next_cell, next_k);
         // The online softmax, a head per subgroup.
@@ -249,7 +310,7 @@ void main() {
         for (uint i0 = i_begin + PRE; i0 < i_end; i0 += PRE) {
             uint raw[PRE];
             [[unroll]] for (uint u = 0; u < PRE; u++) {
-                raw[u] = i0 + u < i_end ? vc.v[cells[i0 + u] * (pc.row_stride / 2) + vbase] : 0u;
+                raw[u] = i0 + u < i_end ? V_PAIR(j0 + i0 + u, cells[i0 + u]) : 0u;
             }
             [[unroll]] for (uint u = 0; u < PRE; u++) {
                 if (i0 + u < i_end) {
@@ -275,7 +336,7 @@ void main() {
     // summed in order.
 #ifdef TAGGED_OUT
     // One 8-byte store a value: the value and the proof that it is this layer's arrive together.
-    uint tag = split_records_tag(header.v[3], pc.tag_salt);
+    uint out_tag = split_records_tag(header.v[3], pc.tag_salt);
     U32x2s tout = U32x2s(pc.partial);
 #else
     F32s out_ = F32s(pc.partial);
@@ -289,10 +350,10 @@ void main() {
         }
         uint base = ((t * pc.n_heads + kvh * group + g) * n_splits + split) * (hd + 2);
 #ifdef TAGGED_OUT
-        tout.v[base + 2 + d] = uvec2(floatBitsToUint(o), tag);
+        tout.v[base + 2 + d] = uvec2(floatBitsToUint(o), out_tag);
         if (d == 0) {
-            tout.v[base] = uvec2(floatBitsToUint(m_run[g]), tag);
-            tout.v[base + 1] = uvec2(floatBitsToUint(l_run[g]), tag);
+            tout.v[base] = uvec2(floatBitsToUint(m_run[g]), out_tag);
+            tout.v[base + 1] = uvec2(floatBitsToUint(l_run[g]), out_tag);
         }
 #else
         out_.v[base + 2 + d] = o;

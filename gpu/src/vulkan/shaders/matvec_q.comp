@@ -48,7 +48,8 @@ layout(push_constant) uniform Push {
     uint64_t bias;
     uint64_t table;
     uint64_t positions;
-    uint64_t seq_of_token;
+    // The step header (TAGGED_OUT builds read the step's tag, word 3, from it).
+    uint64_t header;
     // Per token: where its sequence's block table starts in `tables` (resolved by the host, so
     // a cell is two dependent reads away, not three).
     uint64_t table_offsets;
@@ -61,7 +62,8 @@ layout(push_constant) uniform Push {
 #endif
     uint cols;
     uint meta_offset;
-    // 0: Q, 1: K, 2: V (stored, not rotated).
+    // Bits 0-7: 0 Q, 1 K, 2 V (stored, not rotated). TAGGED_OUT builds: bits 8 and up hold the
+    // layer's tag salt (QKV_TAG_SALT).
     uint mode;
     uint head_dim;
     uint half_dims;
@@ -77,7 +79,16 @@ layout(push_constant) uniform Push {
     uint chain_expect;
     uint64_t chain;
 #endif
+#if defined(TAGGED_OUT)
+    // This projection's outputs again as (bits, tag) pairs (q as f32, K and V as f16 bits), for
+    // the attention split kernels recorded right after QKV without a pipeline barrier
+    // (attention_decode.comp TAGGED_IN): where this projection's part of the layer's tagged
+    // row starts. The tag is the split records' (common.glsl split_records_tag): every layer
+    // rewrites the row.
+    uint64_t tagged;
+#endif
 } pc;
+#define QKV_TAG_SALT (pc.mode >> 8)
 #elif defined(SWIGLU_PAIR)
 // The gate and up projections of one decoding token with SwiGLU and the quantization for the
 // down projection in the epilogue: a workgroup owns row i of gate and row i of up and writes
@@ -161,8 +172,8 @@ layout(push_constant) uniform Push {
 #endif
 } pc;
 #endif
-#if defined(TAGGED_OUT) && (defined(NORM_EPILOGUE) || defined(NORM_PROLOGUE) || defined(NORM_SCALE) || defined(CHAINED) || defined(QKV_ROPE) || (defined(SWIGLU_PAIR) && !defined(NO_TICKET)) || NT != 1)
-#error "tagged outputs are built for the plain one-token products and the f32 SwiGLU pair"
+#if defined(TAGGED_OUT) && (defined(NORM_EPILOGUE) || defined(NORM_PROLOGUE) || defined(NORM_SCALE) || defined(CHAINED) || defined(PERSISTENT) || (defined(SWIGLU_PAIR) && !defined(NO_TICKET)) || NT != 1)
+#error "tagged outputs are built for the plain one-token products, QKV and the f32 SwiGLU pair"
 #endif
 
 layout(buffer_reference, std430, buffer_reference_align = 8) buffer U32x2s { uvec2 v[]; };
@@ -318,7 +329,10 @@ void norm_prologue() {
 // builds read it where each output is stored, so that no register holds it through the
 // product; the others (build.rs passes TAG_EARLY) read it first, so that its latency hides
 // behind the product's. Which is faster depends on the type's registers (build.rs).
-#if defined(TAGGED_OUT) && defined(TAG_AT_STORE)
+#if defined(TAGGED_OUT) && defined(QKV_ROPE)
+// (QKV's single lane a unit that stores reads the layer's tag at the store.)
+#define STEP_TAG split_records_tag(U32s(pc.header).v[3], QKV_TAG_SALT)
+#elif defined(TAGGED_OUT) && defined(TAG_AT_STORE)
 #define STEP_TAG (U32s(pc.tag_header).v[3])
 #elif defined(TAGGED_OUT)
 uint step_tag;
@@ -439,7 +453,7 @@ void main() {
     }
     chain_signal();
 #else
-#if defined(TAGGED_OUT) && !defined(TAG_AT_STORE)
+#if defined(TAGGED_OUT) && !defined(TAG_AT_STORE) && !defined(QKV_ROPE)
     // Loaded first: its latency then hides behind the product's.
     step_tag = U32s(pc.tag_header).v[3];
 #endif

@@ -13,10 +13,11 @@ uvec2 pair_rows(uint pair, out bool rotated, out uint angle) {
     uint per_head = PC(head_dim) / 2;
     uint h = pair / per_head;
     uint p = pair % per_head;
-    rotated = PC(mode) != 2 && p < PC(half_dims);
+    uint mode = PC(mode) & 0xffu;
+    rotated = mode != 2 && p < PC(half_dims);
     angle = p;
     uint base = h * PC(head_dim);
-    if (PC(mode) != 2 && PC(neox) != 0) {
+    if (mode != 2 && PC(neox) != 0) {
         return p < PC(half_dims) ? uvec2(base + p, base + p + PC(half_dims)) : uvec2(base + 2 * p, base + 2 * p + 1);
     }
     return uvec2(base + 2 * p, base + 2 * p + 1);
@@ -185,13 +186,26 @@ void UNITS_FN(uint wg) {
             v[0] = ra;
             v[1] = rb;
         }
-        if (PC(mode) == 0) {
+        if ((PC(mode) & 0xffu) == 0) {
             F32s(PC(out_)).v[pair.x] = v[0];
             F32s(PC(out_)).v[pair.y] = v[1];
+#if defined(TAGGED_OUT)
+            // One 8-byte store a value: the value and the proof that it is this layer's.
+            uint tag = STEP_TAG;
+            U32x2s(PC(tagged)).v[pair.x] = uvec2(floatBitsToUint(v[0]), tag);
+            U32x2s(PC(tagged)).v[pair.y] = uvec2(floatBitsToUint(v[1]), tag);
+#endif
         } else {
             uint at = kv_cell(U32s(PC(tables)), U32s(PC(table_offsets)).v[0], pos, PC(block_size)) * PC(row_stride);
             F16s(PC(out_)).v[at + pair.x] = float16_t(f16_rne(v[0]));
             F16s(PC(out_)).v[at + pair.y] = float16_t(f16_rne(v[1]));
+#if defined(TAGGED_OUT)
+            // The new cell's row as the cache holds it (f16 bits), read by the split kernels
+            // in place of the cell (which they may reach before this store).
+            uint tag = STEP_TAG;
+            U32x2s(PC(tagged)).v[pair.x] = uvec2(packHalf2x16(vec2(f16_rne(v[0]), 0.0)), tag);
+            U32x2s(PC(tagged)).v[pair.y] = uvec2(packHalf2x16(vec2(f16_rne(v[1]), 0.0)), tag);
+#endif
         }
     }
 #elif defined(SWIGLU_PAIR)

@@ -49,3 +49,18 @@ void tagged_values(uvec4 raw[4], out float v[8]) {
         v[2 * q + 1] = uintBitsToFloat(raw[q].z);
     }
 }
+
+// Elements 2p and 2p + 1 of the tagged row at `row` (16-byte aligned), read until both carry
+// `tag`; returns whether it gave up.
+bool tagged_pair_settle(uint64_t row, uint p, uint tag, out uvec4 raw) {
+    raw = U32x4sV(row).v[p];
+    uint spins = 0u;
+    while (raw.y != tag || raw.w != tag) {
+        if (spins >= TAG_SPIN_LIMIT) {
+            return true;
+        }
+        spins++;
+        raw = U32x4sV(row).v[p];
+    }
+    return false;
+}
