@@ -1624,6 +1624,10 @@ impl VulkanPlan {
                         // Also the split kernels reading q and the new cell tagged from QKV, with no
                         // barrier before them either.
                         let tagged_in = tagged_attention_input.take();
+                        if tagged_in.is_some() && (tagged_merge.is_none() || fused_combine.is_some()) {
+                            // (QKV decided by the same `tagged_merge_at`; never seen.)
+                            return Err(unsupported(ctx, "QKV wrote its outputs tagged for split kernels recorded without the tagged merge".into()));
+                        }
                         // The per-head kernel and (where it may run) the long-context one, for short
                         // and long contexts' tokens (each kernel returns for the other's): they
                         // write disjoint partial records, so no barrier between the two.

@@ -175,7 +175,7 @@ void main() {
     uint kv_at = pc.n_heads * pairs + kvh * pairs;
     uint v_at = kv_at + pc.n_kv_heads * pairs;
     bool gave_up = false;
-    for (uint i = tid; i < (newest_here ? 3 : 1) * pairs; i += WG) {
+    for (uint i = tid; tid < TAG_POLL_LANES && i < (newest_here ? 3 : 1) * pairs; i += TAG_POLL_LANES) {
         uint p = i % pairs;
         uint at = i < pairs ? h * pairs + p : i < 2 * pairs ? kv_at + p : v_at + p;
         uvec4 raw;

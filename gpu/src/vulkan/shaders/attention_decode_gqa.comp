@@ -177,7 +177,7 @@ void main() {
     uint kv_at = pc.n_heads * pairs + kvh * pairs;
     uint v_at = kv_at + pc.n_kv_heads * pairs;
     bool gave_up = false;
-    for (uint i = tid; i < q_pairs + (j_end == len ? 2 * pairs : 0); i += WG) {
+    for (uint i = tid; tid < TAG_POLL_LANES && i < q_pairs + (j_end == len ? 2 * pairs : 0); i += TAG_POLL_LANES) {
         uint p = i < q_pairs ? i : (i - q_pairs) % pairs;
         uint at = i < q_pairs ? kvh * q_pairs + p : i < q_pairs + pairs ? kv_at + p : v_at + p;
         uvec4 raw;

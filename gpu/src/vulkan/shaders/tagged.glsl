@@ -50,6 +50,12 @@ void tagged_values(uvec4 raw[4], out float v[8]) {
     }
 }
 
+// Invocations of a workgroup that poll a row (a subgroup on NVIDIA) where a whole workgroup
+// waits: the others wait at its barrier and issue no loads. A stage of hundreds of polling
+// workgroups otherwise sends a stream of coherent reads to the few L2 lines it polls while the
+// stage before still runs.
+#define TAG_POLL_LANES 32u
+
 // Elements 2p and 2p + 1 of the tagged row at `row` (16-byte aligned), read until both carry
 // `tag`; returns whether it gave up.
 bool tagged_pair_settle(uint64_t row, uint p, uint tag, out uvec4 raw) {
