@@ -813,7 +813,8 @@ impl VulkanPlan {
             .max()
             .unwrap_or(0);
         let tagged_slot_bytes = (tagged_row_width * 8).next_multiple_of(256) as u64;
-        sizes.push(tagged_slot_bytes * tagged_slot_count(&graph.ops) as u64);
+        // (And one that no stage writes, for `tagged_fault`.)
+        sizes.push(tagged_slot_bytes * (tagged_slot_count(&graph.ops) + 1) as u64);
         let mut slices = arena.alloc_all(&sizes)?;
         let tagged_rows = slices.pop().expect("allocated");
         let chain_records = slices.pop().expect("allocated");
@@ -1160,6 +1161,9 @@ impl VulkanPlan {
             // when a merge of the first heads' splits is done).
             let mut tagged_attention_input: Option<(u64, u64)> = None;
             let tagged_records = |r: ActRounding, read: u64| if read == rounded_alt.address { rounded[r as usize].address } else { rounded_alt.address };
+            // The last slot is never written: [`tagged_fault`]'s.
+            let fault_slot = tagged_rows + tagged_slot_count(ops) as u64 * tagged_slot_bytes;
+            let mut fault_pending = tagged_fault();
             let mut tagged_slots = (0..tagged_slot_count(ops) as u64).map(|i| tagged_rows + i * tagged_slot_bytes);
             for (op_index, op) in ops.iter().enumerate() {
                 if skip_ops > 0 {
@@ -1251,6 +1255,9 @@ impl VulkanPlan {
                                 let push = Push::new().addr(addr_of(*input)).addr(w).addr(addr_of(*out)).addr(records).u32(width).u32(1).u32(width).u32(out_width).f32(hp.rms_eps).u32(record_bytes as u32).u32(meta_offset as u32);
                                 match tagged_in {
                                     Some((row, _)) => {
+                                        // (`STRATA_VULKAN_TAGGED_FAULT=1`, for tests: the step's first
+                                        // tagged norm reads the slot no stage writes, and gives up.)
+                                        let row = if std::mem::take(&mut fault_pending) { fault_slot } else { row };
                                         rec.dispatch(Kernel::RmsNormIntTagged(r), &push.tail_addrs(&[row, p_header, grid_sync + 8]), [rows as u32, 1, 1])?;
                                         // (Its give-ups are counted where the grid barriers' are.)
                                         grid_barriers = true;
@@ -2043,6 +2050,13 @@ fn tagged_knob(knob: &str) -> bool {
 /// Tagged-row slots a step can use: one per RMSNorm, SwiGLU and attention of the graph.
 fn tagged_slot_count(ops: &[Op]) -> usize {
     ops.iter().filter(|op| matches!(op, Op::RmsNorm { .. } | Op::SwiGlu { .. } | Op::Attention { .. })).count()
+}
+
+/// For tests of the give-up path (`STRATA_VULKAN_TAGGED_FAULT=1`, read at each recording): each
+/// one-token step's first tagged RMSNorm reads a tagged row that no stage writes, so its wait
+/// gives up and the step fails with the give-up error.
+fn tagged_fault() -> bool {
+    std::env::var("STRATA_VULKAN_TAGGED_FAULT").as_deref() == Ok("1")
 }
 
 /// QKV products recorded writing q and the new cell tagged for the split kernels after them

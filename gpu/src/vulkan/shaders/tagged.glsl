@@ -29,17 +29,17 @@ bool tagged_fresh(uvec4 raw[4], uint e0, uint width, uint tag) {
     return fresh;
 }
 
-// Reads the run again until all of it is this step's; returns whether it gave up.
+// Reads the run again until all of it is this step's; returns whether it gave up. (No return
+// from inside the loop: lavapipe (Mesa 22.3) then never reported a give-up.)
 bool tagged_settle(uint64_t row, uint e0, uint width, uint tag, inout uvec4 raw[4]) {
     uint spins = 0u;
-    while (!tagged_fresh(raw, e0, width, tag)) {
-        if (spins >= TAG_SPIN_LIMIT) {
-            return true;
-        }
+    bool fresh = tagged_fresh(raw, e0, width, tag);
+    while (!fresh && spins < TAG_SPIN_LIMIT) {
         spins++;
         tagged_issue(row, e0, width, tag, raw);
+        fresh = tagged_fresh(raw, e0, width, tag);
     }
-    return false;
+    return !fresh;
 }
 
 // The run's eight values (zeros past the row).
@@ -61,12 +61,9 @@ void tagged_values(uvec4 raw[4], out float v[8]) {
 bool tagged_pair_settle(uint64_t row, uint p, uint tag, out uvec4 raw) {
     raw = U32x4sV(row).v[p];
     uint spins = 0u;
-    while (raw.y != tag || raw.w != tag) {
-        if (spins >= TAG_SPIN_LIMIT) {
-            return true;
-        }
+    while ((raw.y != tag || raw.w != tag) && spins < TAG_SPIN_LIMIT) {
         spins++;
         raw = U32x4sV(row).v[p];
     }
-    return false;
+    return raw.y != tag || raw.w != tag;
 }
