@@ -1386,13 +1386,16 @@ impl VulkanPlan {
                             // stage instead of two (the rotation pairs of a head in one workgroup).
                             let (kc, vc, stride) = kv_addresses(ctx, kv, layer)?;
                             let scaled = norm_scaled.take();
-                            // The records each projection reads.
-                            let mut reads = Vec::with_capacity(3);
-                            for p in outputs.iter() {
-                                let w = weights[p.weight.0 as usize].ok_or_else(|| unsupported(ctx, "weight not uploaded".into()))?;
-                                let rounding = ActRounding::for_format(w.layout.format).ok_or_else(|| unsupported(ctx, "fused QKV without 8-bit activations".into()))?;
-                                reads.push(records_at.unwrap_or(rounded[rounding as usize].address));
-                            }
+                            // Each projection's weight and the records it reads.
+                            let projections = outputs
+                                .iter()
+                                .map(|p| {
+                                    let w = weights[p.weight.0 as usize].ok_or_else(|| unsupported(ctx, "weight not uploaded".into()))?;
+                                    let rounding = ActRounding::for_format(w.layout.format).ok_or_else(|| unsupported(ctx, "fused QKV without 8-bit activations".into()))?;
+                                    Ok((p, w, records_at.unwrap_or(rounded[rounding as usize].address)))
+                                })
+                                .collect::<Result<Vec<_>, DeviceError>>()?;
+                            let reads: Vec<u64> = projections.iter().map(|&(_, _, records)| records).collect();
                             // Written tagged too, for the split kernels recorded right after it
                             // (`STRATA_VULKAN_TAGGED_ATTENTION=1`): the layer's slot of tagged rows
                             // and where the merge writes its records.
@@ -1404,16 +1407,11 @@ impl VulkanPlan {
                                 None
                             };
                             let (q_width, kv_width) = ((hp.n_heads * hp.head_dim) as u64, (hp.n_kv_heads * hp.head_dim) as u64);
-                            for (mode, p) in outputs.iter().enumerate() {
-                                let w = weights[p.weight.0 as usize].ok_or_else(|| unsupported(ctx, "weight not uploaded".into()))?;
+                            for (mode, &(p, w, records)) in projections.iter().enumerate() {
                                 let bias = p.bias.and_then(|b| weights[b.0 as usize]).map_or(0, |b| b.address);
-                                let rounding = ActRounding::for_format(w.layout.format).ok_or_else(|| unsupported(ctx, "fused QKV without 8-bit activations".into()))?;
                                 let out = [addr_of(q_buf), kc, vc][mode];
                                 let layout = product_layout(ctx, w.rows, w.cols, false);
-                                let x = match norm {
-                                    Some((x, _, _)) => x,
-                                    None => records_at.unwrap_or(rounded[rounding as usize].address),
-                                };
+                                let x = norm.map_or(records, |(x, _, _)| x);
                                 let push = Push::new()
                                     .addr(w.address)
                                     .addr(w.aux())

@@ -101,15 +101,10 @@ shared float merged[256];
 #ifdef TAGGED_OUT
 layout(buffer_reference, std430, buffer_reference_align = 8) buffer U32x2s { uvec2 v[]; };
 #endif
-#ifdef TAGGED_IN
-#include "tagged.glsl"
-// The newest cell's K and V rows of this KV head (f16 pairs), from the tagged row: the cache's
-// copy may not be written yet when this workgroup reaches it.
-shared uint k_new[MAX_HD / 2];
-shared uint v_new[MAX_HD / 2];
-#endif
-
 shared float qs[MAX_HD];
+#ifdef TAGGED_IN
+#include "attention_tagged_qkv.glsl"
+#endif
 shared float half_dot[WG];
 shared float p[TILE];
 shared uint cells[TILE];
@@ -169,31 +164,8 @@ void main() {
             }
         }
     }
-    uint tag = split_records_tag(header.v[3], pc.tag_salt);
-    bool newest_here = j_end == len;
     uint pairs = hd / 2;
-    uint kv_at = pc.n_heads * pairs + kvh * pairs;
-    uint v_at = kv_at + pc.n_kv_heads * pairs;
-    bool gave_up = false;
-    for (uint i = tid; tid < TAG_POLL_LANES && i < (newest_here ? 3 : 1) * pairs; i += TAG_POLL_LANES) {
-        uint p = i % pairs;
-        uint at = i < pairs ? h * pairs + p : i < 2 * pairs ? kv_at + p : v_at + p;
-        uvec4 raw;
-        gave_up = tagged_pair_settle(pc.tagged_qkv, at, tag, raw) || gave_up;
-        if (i < pairs) {
-            // The query, rounded to f16 as the CPU device (and ggml) does before meeting the
-            // f16 cache.
-            qs[2 * p] = f16_rne(uintBitsToFloat(raw.x));
-            qs[2 * p + 1] = f16_rne(uintBitsToFloat(raw.z));
-        } else if (i < 2 * pairs) {
-            k_new[p] = (raw.x & 0xffffu) | (raw.z << 16);
-        } else {
-            v_new[p] = (raw.x & 0xffffu) | (raw.z << 16);
-        }
-    }
-    if (gave_up) {
-        atomicAdd(U32s(pc.give_ups).v[0], 1u);
-    }
+    poll_tagged_qkv(tid, split_records_tag(header.v[3], pc.tag_salt), h * pairs, pairs, kvh, pairs, j_end == len);
     if (touched == 0x9E3779B9u && hd == 0u) {
         qs[0] = uintBitsToFloat(touched);
     }

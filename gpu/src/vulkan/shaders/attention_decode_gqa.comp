@@ -69,14 +69,10 @@ layout(buffer_reference, std430, buffer_reference_align = 8) buffer U32x2s { uve
 #if defined(TAGGED_IN) && !defined(TAGGED_OUT)
 #error "the tagged inputs' build tags its records too (the merge after it waits on them)"
 #endif
-#ifdef TAGGED_IN
-#include "tagged.glsl"
-// The newest cell's K and V rows of this KV head (f16 pairs), from the tagged row.
-shared uint k_new[MAX_HD / 2];
-shared uint v_new[MAX_HD / 2];
-#endif
-
 shared float qs[MAX_GROUP * MAX_HD];
+#ifdef TAGGED_IN
+#include "attention_tagged_qkv.glsl"
+#endif
 // Scores of the tile per head, then (in place) their softmax weights.
 shared float sp[MAX_GROUP][TILE];
 shared uint cells[TILE];
@@ -171,31 +167,8 @@ void main() {
 #ifdef TAGGED_IN
     // While those loads fly (and QKV may still run): the group's queries and (in the split
     // holding it) the newest cell, polled from the tagged row.
-    uint tag = split_records_tag(header.v[3], pc.tag_salt);
     uint pairs = hd / 2;
-    uint q_pairs = group * pairs;
-    uint kv_at = pc.n_heads * pairs + kvh * pairs;
-    uint v_at = kv_at + pc.n_kv_heads * pairs;
-    bool gave_up = false;
-    for (uint i = tid; tid < TAG_POLL_LANES && i < q_pairs + (j_end == len ? 2 * pairs : 0); i += TAG_POLL_LANES) {
-        uint p = i < q_pairs ? i : (i - q_pairs) % pairs;
-        uint at = i < q_pairs ? kvh * q_pairs + p : i < q_pairs + pairs ? kv_at + p : v_at + p;
-        uvec4 raw;
-        gave_up = tagged_pair_settle(pc.tagged_qkv, at, tag, raw) || gave_up;
-        if (i < q_pairs) {
-            // The queries, rounded to f16 as the CPU device (and ggml) does before meeting the
-            // f16 cache.
-            qs[2 * p] = f16_rne(uintBitsToFloat(raw.x));
-            qs[2 * p + 1] = f16_rne(uintBitsToFloat(raw.z));
-        } else if (i < q_pairs + pairs) {
-            k_new[p] = (raw.x & 0xffffu) | (raw.z << 16);
-        } else {
-            v_new[p] = (raw.x & 0xffffu) | (raw.z << 16);
-        }
-    }
-    if (gave_up) {
-        atomicAdd(U32s(pc.give_ups).v[0], 1u);
-    }
+    poll_tagged_qkv(tid, split_records_tag(header.v[3], pc.tag_salt), kvh * group * pairs, group * pairs, kvh, pairs, j_end == len);
 #endif
     barrier();
     for (uint j0 = j_begin; j0 < j_end; j0 += TILE) {

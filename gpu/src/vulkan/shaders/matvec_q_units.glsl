@@ -7,13 +7,16 @@
 shared float UNITS_PARTIALS[WG][ROWS * NT];
 
 #if defined(QKV_ROPE)
+// Which projection of the layer's QKV this dispatch computes: 0 Q, 1 K, 2 V (the mode word's low
+// byte; TAGGED_OUT builds keep the tag salt above it).
+#define QKV_PROJECTION (PC(mode) & 0xffu)
 // The rotation pair of workgroup `pair` (the first half_dims pairs of a head rotate; NeoX pairs
 // dimension i with i + half_dims, the original style 2i with 2i + 1; V pairs are never rotated).
 uvec2 pair_rows(uint pair, out bool rotated, out uint angle) {
     uint per_head = PC(head_dim) / 2;
     uint h = pair / per_head;
     uint p = pair % per_head;
-    uint mode = PC(mode) & 0xffu;
+    uint mode = QKV_PROJECTION;
     rotated = mode != 2 && p < PC(half_dims);
     angle = p;
     uint base = h * PC(head_dim);
@@ -186,7 +189,7 @@ void UNITS_FN(uint wg) {
             v[0] = ra;
             v[1] = rb;
         }
-        if ((PC(mode) & 0xffu) == 0) {
+        if (QKV_PROJECTION == 0) {
             F32s(PC(out_)).v[pair.x] = v[0];
             F32s(PC(out_)).v[pair.y] = v[1];
 #if defined(TAGGED_OUT)
