@@ -119,29 +119,40 @@ impl Drop for UnsetOnDrop {
 }
 
 /// A tagged stage whose wait gives up fails the step with the error that names the settings
-/// turning those waits off, never a hang and never tokens passed on as if nothing happened
-/// (`STRATA_VULKAN_TAGGED_FAULT=1`: each one-token step's first tagged RMSNorm reads a row no
-/// stage writes). So in a pipelined greedy run (two submissions in flight, the give-up count
-/// checked after each), in a second run of the same plan (the count it saw keeps up with the
-/// device's), and in a step run alone.
-#[test]
-fn a_tagged_wait_that_gives_up_fails_the_pipelined_greedy_run() {
+/// turning those waits off, never a hang and never tokens passed on as if nothing happened. So in
+/// a pipelined greedy run (two submissions in flight, the give-up count checked after each), in
+/// a second run of the same plan (the count it saw keeps up with the device's), and in a step run
+/// alone. `fault` is `STRATA_VULKAN_TAGGED_FAULT`'s value, the wait it makes give up each step;
+/// `recorded` counts the stages of that kind recorded.
+fn a_tagged_wait_that_gives_up_fails_the_run(fault: &str, recorded: fn() -> u64) {
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     std::env::remove_var("STRATA_VULKAN_FUSE_SWIGLU_PRODUCT");
     let Some(ctx) = vulkan_context() else { return };
-    std::env::set_var("STRATA_VULKAN_TAGGED_FAULT", "1");
+    std::env::set_var("STRATA_VULKAN_TAGGED_FAULT", fault);
     let _unset = UnsetOnDrop("STRATA_VULKAN_TAGGED_FAULT");
     let (mut plan, table, vocab, _) = default_model_plan(&ctx);
     plan.set_greedy_steps_per_submission(3);
-    let norms_before = strata_gpu::vulkan::tagged_norms_recorded();
+    let recorded_before = recorded();
     for run in 0..2 {
         let fed_before = fed_steps_submitted();
         let err = plan.decode_greedy(504, 0, &table, 8, vocab, &mut |_| true).expect_err("a greedy run whose waits give up");
         let message = err.to_string();
-        assert!(message.contains("gave up") && message.contains("STRATA_VULKAN_TAGGED_NORM=0"), "run {run}: {message}");
-        assert!(fed_steps_submitted() > fed_before, "run {run} was not pipelined");
+        assert!(message.contains("gave up") && message.contains("STRATA_VULKAN_TAGGED_NORM=0"), "{fault}, run {run}: {message}");
+        assert!(fed_steps_submitted() > fed_before, "{fault}: run {run} was not pipelined");
     }
-    assert!(strata_gpu::vulkan::tagged_norms_recorded() > norms_before, "no tagged norm was recorded");
+    assert!(recorded() > recorded_before, "{fault}: no such tagged stage was recorded");
     let err = greedy_steps_one_by_one(&mut plan, 504, 0, &table, 2, vocab, &mut |_| true).expect_err("a step whose wait gives up");
-    assert!(err.to_string().contains("gave up"), "{err}");
+    assert!(err.to_string().contains("gave up"), "{fault}: {err}");
+}
+
+/// Each one-token step's first tagged RMSNorm reads a row no stage writes.
+#[test]
+fn a_tagged_norm_that_gives_up_fails_the_pipelined_greedy_run() {
+    a_tagged_wait_that_gives_up_fails_the_run("norm", strata_gpu::vulkan::tagged_norms_recorded);
+}
+
+/// Each step's first tagged attention merge waits for a tag no split kernel writes.
+#[test]
+fn a_tagged_merge_that_gives_up_fails_the_pipelined_greedy_run() {
+    a_tagged_wait_that_gives_up_fails_the_run("merge", strata_gpu::vulkan::tagged_merges_recorded);
 }

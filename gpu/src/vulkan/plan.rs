@@ -1163,7 +1163,11 @@ impl VulkanPlan {
             let tagged_records = |r: ActRounding, read: u64| if read == rounded_alt.address { rounded[r as usize].address } else { rounded_alt.address };
             // The last slot is never written: [`tagged_fault`]'s.
             let fault_slot = tagged_rows + tagged_slot_count(ops) as u64 * tagged_slot_bytes;
-            let mut fault_pending = tagged_fault();
+            let (mut norm_fault_pending, mut merge_fault_pending) = match tagged_fault() {
+                Some(TaggedFault::Norm) => (true, false),
+                Some(TaggedFault::Merge) => (false, true),
+                None => (false, false),
+            };
             let mut tagged_slots = (0..tagged_slot_count(ops) as u64).map(|i| tagged_rows + i * tagged_slot_bytes);
             for (op_index, op) in ops.iter().enumerate() {
                 if skip_ops > 0 {
@@ -1255,9 +1259,9 @@ impl VulkanPlan {
                                 let push = Push::new().addr(addr_of(*input)).addr(w).addr(addr_of(*out)).addr(records).u32(width).u32(1).u32(width).u32(out_width).f32(hp.rms_eps).u32(record_bytes as u32).u32(meta_offset as u32);
                                 match tagged_in {
                                     Some((row, _)) => {
-                                        // (`STRATA_VULKAN_TAGGED_FAULT=1`, for tests: the step's first
+                                        // (`STRATA_VULKAN_TAGGED_FAULT=norm`, for tests: the step's first
                                         // tagged norm reads the slot no stage writes, and gives up.)
-                                        let row = if std::mem::take(&mut fault_pending) { fault_slot } else { row };
+                                        let row = if std::mem::take(&mut norm_fault_pending) { fault_slot } else { row };
                                         rec.dispatch(Kernel::RmsNormIntTagged(r), &push.tail_addrs(&[row, p_header, grid_sync + 8]), [rows as u32, 1, 1])?;
                                         // (Its give-ups are counted where the grid barriers' are.)
                                         grid_barriers = true;
@@ -1673,7 +1677,10 @@ impl VulkanPlan {
                                 }
                             };
                             let cols = hp.n_heads * hp.head_dim;
-                            let push = quantizing_push(&[partial.address, p_header, addr_of(*out)], records, cols, graph.buffer(*out).width, n).u32(hp.head_dim as u32).u32(salt);
+                            // (`STRATA_VULKAN_TAGGED_FAULT=merge`, for tests: the step's first tagged
+                            // merge waits for salt 0, which no layer's split kernels write.)
+                            let merge_salt = if std::mem::take(&mut merge_fault_pending) { 0 } else { salt };
+                            let push = quantizing_push(&[partial.address, p_header, addr_of(*out)], records, cols, graph.buffer(*out).width, n).u32(hp.head_dim as u32).u32(merge_salt);
                             rec.dispatch(Kernel::AttentionCombineIntTagged(r), &push.tail_addrs(&[grid_sync + 8]), int_quantize_groups(n, cols))?;
                             // (Its give-ups are counted where the grid barriers' are.)
                             grid_barriers = true;
@@ -2050,11 +2057,23 @@ fn tagged_slot_count(ops: &[Op]) -> usize {
     ops.iter().filter(|op| matches!(op, Op::RmsNorm { .. } | Op::SwiGlu { .. } | Op::Attention { .. })).count()
 }
 
-/// For tests of the give-up path (`STRATA_VULKAN_TAGGED_FAULT=1`, read at each recording): each
-/// one-token step's first tagged RMSNorm reads a tagged row that no stage writes, so its wait
-/// gives up and the step fails with the give-up error.
-fn tagged_fault() -> bool {
-    std::env::var("STRATA_VULKAN_TAGGED_FAULT").as_deref() == Ok("1")
+/// Which tagged wait [`tagged_fault`] makes give up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum TaggedFault {
+    /// Each one-token step's first tagged RMSNorm reads a tagged row that no stage writes.
+    Norm,
+    /// Each step's first tagged attention merge waits for a tag that no split kernel writes.
+    Merge,
+}
+
+/// For tests of the give-up path (`STRATA_VULKAN_TAGGED_FAULT=norm` (or `1`) or `=merge`, read at
+/// each recording): one wait a step gives up, and the step fails with the give-up error.
+fn tagged_fault() -> Option<TaggedFault> {
+    match std::env::var("STRATA_VULKAN_TAGGED_FAULT").as_deref() {
+        Ok("1" | "norm") => Some(TaggedFault::Norm),
+        Ok("merge") => Some(TaggedFault::Merge),
+        _ => None,
+    }
 }
 
 /// QKV products recorded writing q and the new cell tagged for the split kernels after them

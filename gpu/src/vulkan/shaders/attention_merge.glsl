@@ -52,31 +52,34 @@ float merge_splits(MERGE_BUF part, uint base, uint n_splits, uint hd, uint d) {
 // polls at most; `gave_up` is then set). The same arithmetic as merge_splits.
 layout(buffer_reference, std430, buffer_reference_align = 8) volatile coherent buffer U32x2sV { uvec2 v[]; };
 
+bool runs_fresh16(uvec2 raw[16], uint tag) {
+    bool fresh = true;
+    [[unroll]] for (uint u = 0; u < 16; u++) {
+        fresh = fresh && raw[u].y == tag;
+    }
+    return fresh;
+}
+
 void settle16(uint64_t part, uint idx[16], uint n, uint tag, inout bool gave_up, out float vals[16]) {
     uvec2 raw[16];
     [[unroll]] for (uint u = 0; u < 16; u++) {
         raw[u] = u < n ? U32x2sV(part).v[idx[u]] : uvec2(0u, tag);
     }
+    // (The loop ends on its condition: with a `break` from inside it, lavapipe (Mesa 22.3) never
+    // reported a give-up, as tagged.glsl's waits with a `return`. A lane that gave up once does
+    // not spin again: the step has failed, and a merge reads many runs.)
     uint spins = 0u;
-    while (true) {
-        bool fresh = true;
-        [[unroll]] for (uint u = 0; u < 16; u++) {
-            fresh = fresh && raw[u].y == tag;
-        }
-        if (fresh) {
-            break;
-        }
-        if (spins >= TAG_SPIN_LIMIT) {
-            gave_up = true;
-            break;
-        }
+    bool fresh = runs_fresh16(raw, tag);
+    while (!fresh && !gave_up && spins < TAG_SPIN_LIMIT) {
         spins++;
         [[unroll]] for (uint u = 0; u < 16; u++) {
             if (u < n && raw[u].y != tag) {
                 raw[u] = U32x2sV(part).v[idx[u]];
             }
         }
+        fresh = runs_fresh16(raw, tag);
     }
+    gave_up = gave_up || !fresh;
     [[unroll]] for (uint u = 0; u < 16; u++) {
         vals[u] = uintBitsToFloat(raw[u].x);
     }
