@@ -118,18 +118,26 @@ impl Drop for UnsetOnDrop {
     }
 }
 
-/// A tagged stage whose wait gives up fails the step with the error that names the settings
+/// A stage whose bounded wait gives up fails the step with the error that names the settings
 /// turning those waits off, never a hang and never tokens passed on as if nothing happened. So in
 /// a pipelined greedy run (two submissions in flight, the give-up count checked after each), in
 /// a second run of the same plan (the count it saw keeps up with the device's), and in a step run
-/// alone. `fault` is `STRATA_VULKAN_TAGGED_FAULT`'s value, the wait it makes give up each step;
+/// alone. `fault` is `STRATA_VULKAN_WAIT_FAULT`'s value, the wait it makes give up each step,
+/// `knobs` the settings that record such waits, `names` a setting the error must name, and
 /// `recorded` counts the stages of that kind recorded.
-fn a_tagged_wait_that_gives_up_fails_the_run(fault: &str, recorded: fn() -> u64) {
+fn a_wait_that_gives_up_fails_the_run(fault: &str, knobs: &[(&'static str, &str)], names: &str, recorded: fn() -> u64) {
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     std::env::remove_var("STRATA_VULKAN_FUSE_SWIGLU_PRODUCT");
     let Some(ctx) = vulkan_context() else { return };
-    std::env::set_var("STRATA_VULKAN_TAGGED_FAULT", fault);
-    let _unset = UnsetOnDrop("STRATA_VULKAN_TAGGED_FAULT");
+    std::env::set_var("STRATA_VULKAN_WAIT_FAULT", fault);
+    let _unset = UnsetOnDrop("STRATA_VULKAN_WAIT_FAULT");
+    let _unset_knobs: Vec<UnsetOnDrop> = knobs
+        .iter()
+        .map(|&(k, v)| {
+            std::env::set_var(k, v);
+            UnsetOnDrop(k)
+        })
+        .collect();
     let (mut plan, table, vocab, _) = default_model_plan(&ctx);
     plan.set_greedy_steps_per_submission(3);
     let recorded_before = recorded();
@@ -137,10 +145,10 @@ fn a_tagged_wait_that_gives_up_fails_the_run(fault: &str, recorded: fn() -> u64)
         let fed_before = fed_steps_submitted();
         let err = plan.decode_greedy(504, 0, &table, 8, vocab, &mut |_| true).expect_err("a greedy run whose waits give up");
         let message = err.to_string();
-        assert!(message.contains("gave up") && message.contains("STRATA_VULKAN_TAGGED_NORM=0"), "{fault}, run {run}: {message}");
+        assert!(message.contains("gave up") && message.contains(names), "{fault}, run {run}: {message}");
         assert!(fed_steps_submitted() > fed_before, "{fault}: run {run} was not pipelined");
     }
-    assert!(recorded() > recorded_before, "{fault}: no such tagged stage was recorded");
+    assert!(recorded() > recorded_before, "{fault}: no such stage was recorded");
     let err = greedy_steps_one_by_one(&mut plan, 504, 0, &table, 2, vocab, &mut |_| true).expect_err("a step whose wait gives up");
     assert!(err.to_string().contains("gave up"), "{fault}: {err}");
 }
@@ -148,11 +156,40 @@ fn a_tagged_wait_that_gives_up_fails_the_run(fault: &str, recorded: fn() -> u64)
 /// Each one-token step's first tagged RMSNorm reads a row no stage writes.
 #[test]
 fn a_tagged_norm_that_gives_up_fails_the_pipelined_greedy_run() {
-    a_tagged_wait_that_gives_up_fails_the_run("norm", strata_gpu::vulkan::tagged_norms_recorded);
+    a_wait_that_gives_up_fails_the_run("norm", &[], "STRATA_VULKAN_TAGGED_NORM=0", strata_gpu::vulkan::tagged_norms_recorded);
 }
 
 /// Each step's first tagged attention merge waits for a tag no split kernel writes.
 #[test]
 fn a_tagged_merge_that_gives_up_fails_the_pipelined_greedy_run() {
-    a_tagged_wait_that_gives_up_fails_the_run("merge", strata_gpu::vulkan::tagged_merges_recorded);
+    a_wait_that_gives_up_fails_the_run("merge", &[], "STRATA_VULKAN_TAGGED_MERGE=0", strata_gpu::vulkan::tagged_merges_recorded);
+}
+
+/// Each step's first persistent feed-forward dispatch (`STRATA_VULKAN_PERSISTENT_FFN=1`) waits at
+/// its first grid barrier for one workgroup more than it has.
+#[test]
+fn a_grid_barrier_that_gives_up_fails_the_pipelined_greedy_run() {
+    a_wait_that_gives_up_fails_the_run("grid", &[("STRATA_VULKAN_PERSISTENT_FFN", "1")], "STRATA_VULKAN_PERSISTENT_GROUPS", strata_gpu::vulkan::persistent_ffn_recorded);
+}
+
+/// Chained one-token steps (`STRATA_VULKAN_CHAIN=1`, recorded for steps run one at a time, not
+/// for a pipelined run's submissions of several) whose first waiting stage waits for one
+/// workgroup more than the stage before has: each such step fails, the plan's state intact.
+#[test]
+fn a_chained_wait_that_gives_up_fails_the_step() {
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    std::env::remove_var("STRATA_VULKAN_FUSE_SWIGLU_PRODUCT");
+    let Some(ctx) = vulkan_context() else { return };
+    std::env::set_var("STRATA_VULKAN_WAIT_FAULT", "chain");
+    let _unset = UnsetOnDrop("STRATA_VULKAN_WAIT_FAULT");
+    std::env::set_var("STRATA_VULKAN_CHAIN", "1");
+    let _unset_chain = UnsetOnDrop("STRATA_VULKAN_CHAIN");
+    let (mut plan, table, vocab, _) = default_model_plan(&ctx);
+    let recorded_before = strata_gpu::vulkan::chained_stages_recorded();
+    for step in 0..2 {
+        let err = greedy_steps_one_by_one(&mut plan, 504, step, &table, 1, vocab, &mut |_| true).expect_err("a step whose wait gives up");
+        let message = err.to_string();
+        assert!(message.contains("gave up") && message.contains("unset STRATA_VULKAN_CHAIN"), "step {step}: {message}");
+    }
+    assert!(strata_gpu::vulkan::chained_stages_recorded() > recorded_before, "no chained stage was recorded");
 }

@@ -1097,6 +1097,7 @@ impl VulkanPlan {
         // Chained stages: one-token steps of the fast kernels, opt-in.
         let chain_offset = counters.offset + counter_bytes(graph) + 16 + GRID_SYNC_BYTES;
         let mut chain = ChainRecording::new(if n == 1 && steps == 1 && !ctx.exact { chain_mode() } else { None }, grid_sync + GRID_SYNC_BYTES, CHAIN_LINE_WORDS as u32);
+        chain.fault_pending = wait_fault() == Some(WaitFault::Chain);
         let mut record_slots = (0..chain_record_slots(ops) as u64).map(|i| self.chain_records.address + i * self.chain_slot_bytes);
         // Small stages recorded right after the stage before them, with no barrier between
         // them ([`tagged_knob`]; the one-token steps of the fast kernels).
@@ -1161,13 +1162,12 @@ impl VulkanPlan {
             // when a merge of the first heads' splits is done).
             let mut tagged_attention_input: Option<(u64, u64)> = None;
             let tagged_records = |r: ActRounding, read: u64| if read == rounded_alt.address { rounded[r as usize].address } else { rounded_alt.address };
-            // The last slot is never written: [`tagged_fault`]'s.
+            // The last slot is never written: [`wait_fault`]'s.
             let fault_slot = tagged_rows + tagged_slot_count(ops) as u64 * tagged_slot_bytes;
-            let (mut norm_fault_pending, mut merge_fault_pending) = match tagged_fault() {
-                Some(TaggedFault::Norm) => (true, false),
-                Some(TaggedFault::Merge) => (false, true),
-                None => (false, false),
-            };
+            let fault = wait_fault();
+            let mut norm_fault_pending = fault == Some(WaitFault::Norm);
+            let mut merge_fault_pending = fault == Some(WaitFault::Merge);
+            let mut grid_fault_pending = fault == Some(WaitFault::Grid);
             let mut tagged_slots = (0..tagged_slot_count(ops) as u64).map(|i| tagged_rows + i * tagged_slot_bytes);
             for (op_index, op) in ops.iter().enumerate() {
                 if skip_ops > 0 {
@@ -1222,7 +1222,9 @@ impl VulkanPlan {
                                 .u32(g.rows as u32)
                                 .u32(x_meta as u32)
                                 .u32(act_meta as u32)
-                                .u32(GRID_SPIN_LIMIT)
+                                // (`STRATA_VULKAN_WAIT_FAULT=grid`, for tests: the step's first
+                                // dispatch waits for a workgroup too many at its first barrier.)
+                                .u32(GRID_SPIN_LIMIT | if std::mem::take(&mut grid_fault_pending) { GRID_FAULT } else { 0 })
                                 .f32(hp.rms_eps);
                             rec.dispatch(Kernel::FfnPersistent(g.layout.format, f.layout), &push, [grid_groups(ctx) as u32, 1, 1])?;
                             PERSISTENT_FFN_RECORDED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -1259,7 +1261,7 @@ impl VulkanPlan {
                                 let push = Push::new().addr(addr_of(*input)).addr(w).addr(addr_of(*out)).addr(records).u32(width).u32(1).u32(width).u32(out_width).f32(hp.rms_eps).u32(record_bytes as u32).u32(meta_offset as u32);
                                 match tagged_in {
                                     Some((row, _)) => {
-                                        // (`STRATA_VULKAN_TAGGED_FAULT=norm`, for tests: the step's first
+                                        // (`STRATA_VULKAN_WAIT_FAULT=norm`, for tests: the step's first
                                         // tagged norm reads the slot no stage writes, and gives up.)
                                         let row = if std::mem::take(&mut norm_fault_pending) { fault_slot } else { row };
                                         rec.dispatch(Kernel::RmsNormIntTagged(r), &push.tail_addrs(&[row, p_header, grid_sync + 8]), [rows as u32, 1, 1])?;
@@ -1677,7 +1679,7 @@ impl VulkanPlan {
                                 }
                             };
                             let cols = hp.n_heads * hp.head_dim;
-                            // (`STRATA_VULKAN_TAGGED_FAULT=merge`, for tests: the step's first tagged
+                            // (`STRATA_VULKAN_WAIT_FAULT=merge`, for tests: the step's first tagged
                             // merge waits for salt 0, which no layer's split kernels write.)
                             let merge_salt = if std::mem::take(&mut merge_fault_pending) { 0 } else { salt };
                             let push = quantizing_push(&[partial.address, p_header, addr_of(*out)], records, cols, graph.buffer(*out).width, n).u32(hp.head_dim as u32).u32(merge_salt);
@@ -2057,21 +2059,29 @@ fn tagged_slot_count(ops: &[Op]) -> usize {
     ops.iter().filter(|op| matches!(op, Op::RmsNorm { .. } | Op::SwiGlu { .. } | Op::Attention { .. })).count()
 }
 
-/// Which tagged wait [`tagged_fault`] makes give up.
+/// Which bounded wait [`wait_fault`] makes give up, for tests of the give-up path: the step then
+/// fails with the give-up error, never hangs and never passes its tokens on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum TaggedFault {
+enum WaitFault {
     /// Each one-token step's first tagged RMSNorm reads a tagged row that no stage writes.
     Norm,
     /// Each step's first tagged attention merge waits for a tag that no split kernel writes.
     Merge,
+    /// Each step's first persistent feed-forward dispatch waits at its first grid barrier for one
+    /// workgroup more than it has.
+    Grid,
+    /// Each chained step's first waiting stage waits for one workgroup more than the stage
+    /// before has.
+    Chain,
 }
 
-/// For tests of the give-up path (`STRATA_VULKAN_TAGGED_FAULT=norm` (or `1`) or `=merge`, read at
-/// each recording): one wait a step gives up, and the step fails with the give-up error.
-fn tagged_fault() -> Option<TaggedFault> {
-    match std::env::var("STRATA_VULKAN_TAGGED_FAULT").as_deref() {
-        Ok("1" | "norm") => Some(TaggedFault::Norm),
-        Ok("merge") => Some(TaggedFault::Merge),
+/// `STRATA_VULKAN_WAIT_FAULT=norm|merge|grid|chain` (`1` is `norm`), read at each recording.
+fn wait_fault() -> Option<WaitFault> {
+    match std::env::var("STRATA_VULKAN_WAIT_FAULT").as_deref() {
+        Ok("1" | "norm") => Some(WaitFault::Norm),
+        Ok("merge") => Some(WaitFault::Merge),
+        Ok("grid") => Some(WaitFault::Grid),
+        Ok("chain") => Some(WaitFault::Chain),
         _ => None,
     }
 }
@@ -2197,6 +2207,8 @@ struct ChainRecording {
     /// The workgroups each word counts by the step's end (word 0: none); empty while no stage
     /// is chained.
     counts: Vec<u32>,
+    /// [`WaitFault::Chain`]: the next waiting dispatch waits for one workgroup too many.
+    fault_pending: bool,
 }
 
 /// A stage being recorded with chained dispatches.
@@ -2216,7 +2228,7 @@ struct ChainStage {
 
 impl ChainRecording {
     fn new(mode: Option<ChainMode>, base: u64, capacity: u32) -> ChainRecording {
-        ChainRecording { enabled: mode.is_some(), mode: mode.unwrap_or(ChainMode::All), base, capacity, next_word: 1, current: None, open: None, counts: Vec::new() }
+        ChainRecording { enabled: mode.is_some(), mode: mode.unwrap_or(ChainMode::All), base, capacity, next_word: 1, current: None, open: None, counts: Vec::new(), fault_pending: false }
     }
 
     /// Records `k`: its chained build where chaining is on and it has one (the push constants
@@ -2256,7 +2268,9 @@ impl ChainRecording {
             }
         };
         let no_count = if self.barrier_after(small) { CHAIN_NO_COUNT } else { 0 };
-        let push = push.chain(stage.expect | no_count, self.base + 4 * u64::from(stage.word - 1));
+        // (`STRATA_VULKAN_WAIT_FAULT=chain`, for tests: the step's first wait gives up.)
+        let fault = u32::from(stage.expect > 0 && std::mem::take(&mut self.fault_pending));
+        let push = push.chain((stage.expect + fault) | no_count, self.base + 4 * u64::from(stage.word - 1));
         if stage.expect > 0 {
             rec.dispatch_chained(Kernel::Chained(chained), &push, groups)?;
         } else {
@@ -2316,6 +2330,9 @@ const GRID_SYNC_BYTES: u64 = 16;
 /// Polls of a grid barrier's counter before it gives up (a device that does not keep every
 /// workgroup resident would otherwise hang): far beyond any wait of a resident dispatch.
 const GRID_SPIN_LIMIT: u32 = 1 << 18;
+/// A bit of the spin limit's word: the dispatch's first grid barrier waits for one workgroup
+/// more than it has, and gives up ([`WaitFault::Grid`]).
+const GRID_FAULT: u32 = 0x8000_0000;
 
 /// A layer's feed-forward half that [`Kernel::FfnPersistent`] runs in one dispatch.
 struct PersistentFfn {

@@ -40,8 +40,11 @@ void chain_wait() {
         uint flag = 0u;
         uint expect = CHAIN_PC(chain_expect) & CHAIN_COUNT_MASK;
         if (expect > 0u) {
+            // The loop ends on its condition: Mesa 22.3's lavapipe lost a flag set just before
+            // a `break` out of a polling loop (attention_merge.glsl's settle16 did).
             uint spins = 0u;
-            while (true) {
+            bool done = false;
+            while (!done && spins < CHAIN_SPIN_LIMIT) {
                 uint total = 0u;
                 uint gave_up = 0u;
                 for (uint l = gl_SubgroupInvocationID; l < CHAIN_LINES; l += gl_SubgroupSize) {
@@ -51,15 +54,12 @@ void chain_wait() {
                 }
                 total = subgroupAdd(total);
                 gave_up = subgroupOr(gave_up);
-                if (total >= expect || gave_up != 0u) {
-                    flag = gave_up;
-                    break;
-                }
+                done = total >= expect || gave_up != 0u;
+                flag = gave_up;
                 spins++;
-                if (spins >= CHAIN_SPIN_LIMIT) {
-                    flag = CHAIN_GAVE_UP;
-                    break;
-                }
+            }
+            if (!done) {
+                flag = CHAIN_GAVE_UP;
             }
         }
         if (subgroupElect()) {

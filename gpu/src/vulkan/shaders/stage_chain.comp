@@ -143,14 +143,15 @@ void main() {
         if (gl_LocalInvocationID.x == 0) {
             gave_up = 0;
             if (pc.stage > 0) {
+                // Polling loops here end on their condition: Mesa 22.3's lavapipe lost a flag
+                // set just before a `break` out of one (attention_merge.glsl's settle16 did).
                 uint spins = 0;
-                while (U32sV(pc.counter).v[pc.stage - 1] < pc.prev_groups) {
+                bool done = false;
+                while (!done && spins < pc.spin_limit) {
+                    done = U32sV(pc.counter).v[pc.stage - 1] >= pc.prev_groups;
                     spins++;
-                    if (spins >= pc.spin_limit) {
-                        gave_up = 1;
-                        break;
-                    }
                 }
+                gave_up = done ? 0u : 1u;
                 memoryBarrierBuffer();
             }
         }
@@ -193,16 +194,17 @@ void main() {
                 uint target = (k + 1) * gl_NumWorkGroups.x;
                 atomicAdd(U32sC(pc.counter).v[0], 1u);
                 uint spins = 0;
-                while ((pc.poll == 0 ? atomicAdd(U32sC(pc.counter).v[0], 0u) : U32sV(pc.counter).v[0]) < target) {
+                bool done = false;
+                while (!done && spins < pc.spin_limit) {
+                    done = (pc.poll == 0 ? atomicAdd(U32sC(pc.counter).v[0], 0u) : U32sV(pc.counter).v[0]) >= target;
                     spins++;
-                    if (spins >= pc.spin_limit) {
-                        // Lift every later wait of this dispatch too: one give-up is enough
-                        // to void the run, and a device that cannot keep the workgroups
-                        // resident would otherwise spin through every barrier.
-                        gave_up++;
-                        atomicAdd(U32sC(pc.counter).v[0], 1u << 30);
-                        break;
-                    }
+                }
+                if (!done) {
+                    // Lift every later wait of this dispatch too: one give-up is enough to void
+                    // the run, and a device that cannot keep the workgroups resident would
+                    // otherwise spin through every barrier.
+                    gave_up++;
+                    atomicAdd(U32sC(pc.counter).v[0], 1u << 30);
                 }
                 memoryBarrierBuffer();
             }
