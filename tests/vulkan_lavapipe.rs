@@ -560,6 +560,16 @@ fn vulkan_tagged_merges_compute_the_staged_bits() {
     assert_switch_keeps_the_staged_bits("tagged merges", "STRATA_VULKAN_TAGGED_MERGE", "1", &[], strata_gpu::vulkan::tagged_merges_recorded, |layers| layers);
 }
 
+/// The same with splits of 16 positions and the per-head kernel throughout: up to three splits a
+/// head, so both merges' one-pass form (at most 16 splits: every split's values loaded at once,
+/// the max over them) adds several splits in order, not one.
+#[test]
+fn vulkan_tagged_merges_of_several_splits_compute_the_staged_bits() {
+    std::env::set_var("STRATA_ATTENTION_SPLIT", "16");
+    std::env::set_var("STRATA_ATTENTION_GQA_FROM", "off");
+    assert_switch_keeps_the_staged_bits("tagged merges of several splits", "STRATA_VULKAN_TAGGED_MERGE", "1", &[], strata_gpu::vulkan::tagged_merges_recorded, |layers| layers);
+}
+
 /// The same for the attention split kernels recorded right after QKV
 /// (`STRATA_VULKAN_TAGGED_ATTENTION=1`: QKV also writes q and the new cell's K and V tagged, and
 /// both split kernels wait for this layer's tags themselves and read the newest cell from that
