@@ -118,6 +118,16 @@ impl Drop for UnsetOnDrop {
     }
 }
 
+/// Sets each variable for the rest of the test: unset when the guards drop, also when it fails.
+fn set_for_the_test(vars: &[(&'static str, &str)]) -> Vec<UnsetOnDrop> {
+    vars.iter()
+        .map(|&(k, v)| {
+            std::env::set_var(k, v);
+            UnsetOnDrop(k)
+        })
+        .collect()
+}
+
 /// A stage whose bounded wait gives up fails the step with the error that names the settings
 /// turning those waits off, never a hang and never tokens passed on as if nothing happened. So in
 /// a pipelined greedy run (two submissions in flight, the give-up count checked after each), in
@@ -129,15 +139,8 @@ fn a_wait_that_gives_up_fails_the_run(fault: &str, knobs: &[(&'static str, &str)
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     std::env::remove_var("STRATA_VULKAN_FUSE_SWIGLU_PRODUCT");
     let Some(ctx) = vulkan_context() else { return };
-    std::env::set_var("STRATA_VULKAN_WAIT_FAULT", fault);
-    let _unset = UnsetOnDrop("STRATA_VULKAN_WAIT_FAULT");
-    let _unset_knobs: Vec<UnsetOnDrop> = knobs
-        .iter()
-        .map(|&(k, v)| {
-            std::env::set_var(k, v);
-            UnsetOnDrop(k)
-        })
-        .collect();
+    let _unset = set_for_the_test(&[("STRATA_VULKAN_WAIT_FAULT", fault)]);
+    let _unset_knobs = set_for_the_test(knobs);
     let (mut plan, table, vocab, _) = default_model_plan(&ctx);
     plan.set_greedy_steps_per_submission(3);
     let recorded_before = recorded();
@@ -180,10 +183,7 @@ fn a_chained_wait_that_gives_up_fails_the_step() {
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     std::env::remove_var("STRATA_VULKAN_FUSE_SWIGLU_PRODUCT");
     let Some(ctx) = vulkan_context() else { return };
-    std::env::set_var("STRATA_VULKAN_WAIT_FAULT", "chain");
-    let _unset = UnsetOnDrop("STRATA_VULKAN_WAIT_FAULT");
-    std::env::set_var("STRATA_VULKAN_CHAIN", "1");
-    let _unset_chain = UnsetOnDrop("STRATA_VULKAN_CHAIN");
+    let _unset = set_for_the_test(&[("STRATA_VULKAN_WAIT_FAULT", "chain"), ("STRATA_VULKAN_CHAIN", "1")]);
     let (mut plan, table, vocab, _) = default_model_plan(&ctx);
     let recorded_before = strata_gpu::vulkan::chained_stages_recorded();
     for step in 0..2 {

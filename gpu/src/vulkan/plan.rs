@@ -1097,7 +1097,9 @@ impl VulkanPlan {
         // Chained stages: one-token steps of the fast kernels, opt-in.
         let chain_offset = counters.offset + counter_bytes(graph) + 16 + GRID_SYNC_BYTES;
         let mut chain = ChainRecording::new(if n == 1 && steps == 1 && !ctx.exact { chain_mode() } else { None }, grid_sync + GRID_SYNC_BYTES, CHAIN_LINE_WORDS as u32);
-        chain.fault_pending = wait_fault() == Some(WaitFault::Chain);
+        // A test's forced give-up ([`wait_fault`]), the same for every step of the recording.
+        let fault = wait_fault();
+        chain.fault_pending = fault == Some(WaitFault::Chain);
         let mut record_slots = (0..chain_record_slots(ops) as u64).map(|i| self.chain_records.address + i * self.chain_slot_bytes);
         // Small stages recorded right after the stage before them, with no barrier between
         // them ([`tagged_knob`]; the one-token steps of the fast kernels).
@@ -1164,7 +1166,6 @@ impl VulkanPlan {
             let tagged_records = |r: ActRounding, read: u64| if read == rounded_alt.address { rounded[r as usize].address } else { rounded_alt.address };
             // The last slot is never written: [`wait_fault`]'s.
             let fault_slot = tagged_rows + tagged_slot_count(ops) as u64 * tagged_slot_bytes;
-            let fault = wait_fault();
             let mut norm_fault_pending = fault == Some(WaitFault::Norm);
             let mut merge_fault_pending = fault == Some(WaitFault::Merge);
             let mut grid_fault_pending = fault == Some(WaitFault::Grid);
