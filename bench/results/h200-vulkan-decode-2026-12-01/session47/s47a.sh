@@ -9,7 +9,8 @@ source bench/results/h200-vulkan-decode-2026-12-01/session44/common.sh
 tl=$PWD/.carry/strata-rt-tl
 synth qwen2.5-7b Q4_K Q4_1
 echo "models ready, $(left) s left"
-for ty in Q4_K Q4_1; do
+# (On an H100 session 47's call 1 measured this build already.)
+grep -q H200 $OUT/gpu.txt && for ty in Q4_K Q4_1; do
   echo "== $ty" >> $OUT/decode.txt
   .carry/strata-rt-merge1 bench -m $(m $ty) --device vulkan:0 -p 64 -n 128 -d 512 -r 3 2>&1 | grep -E 'bandwidth|tg128|rror' | tee -a $OUT/decode.txt
 done
