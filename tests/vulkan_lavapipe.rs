@@ -476,15 +476,20 @@ fn vulkan_lone_projections_in_128_lanes_agree_with_the_cpu() {
 /// and asserts that the switched path was taken (`recorded()`, a process-wide count, grew by at
 /// least `at_least(layers)`) and computed every logit of the staged path bit for bit.
 fn assert_switch_keeps_the_staged_bits(what: &str, knob: &str, on: &str, on_too: &[(&str, &str)], recorded: fn() -> u64, at_least: fn(u64) -> u64) {
+    assert_switch_keeps_the_staged_bits_of(&["default", "tiny-qwen2-wide", "tiny-qwen2-long-ff"], what, knob, on, on_too, recorded, at_least);
+}
+
+/// [`assert_switch_keeps_the_staged_bits`] on the models of those `names` only.
+fn assert_switch_keeps_the_staged_bits_of(names: &[&str], what: &str, knob: &str, on: &str, on_too: &[(&str, &str)], recorded: fn() -> u64, at_least: fn(u64) -> u64) {
     let Some(i) = vulkan_index() else { return };
     let dir = std::env::temp_dir().join(format!("strata-vulkan-{}-{}", knob.to_lowercase(), std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
-    let models = [
-        ("default", Arc::new(LoadedModel::load(&common::default_model()).expect("the default model loads"))),
-        ("tiny-qwen2-wide", synthetic_model(&dir, "tiny-qwen2-wide", strata_quant::GgmlType::Q4_K, 5)),
-        ("tiny-qwen2-long-ff", synthetic_model(&dir, "tiny-qwen2-long-ff", strata_quant::GgmlType::Q4_K, 7)),
-    ];
-    for (name, model) in models {
+    let load = |name: &str| match name {
+        "default" => Arc::new(LoadedModel::load(&common::default_model()).expect("the default model loads")),
+        "tiny-qwen2-wide" => synthetic_model(&dir, name, strata_quant::GgmlType::Q4_K, 5),
+        _ => synthetic_model(&dir, name, strata_quant::GgmlType::Q4_K, 7),
+    };
+    for (name, model) in names.iter().map(|&n| (n, load(n))) {
         let vocab = model.hparams.vocab_size;
         let tokens: Vec<u32> = (0..48u32).map(|i| (i * 7919 + 13) % vocab as u32).collect();
         let staged = vulkan_logits_with(&model, i, knob, "0", &tokens);
@@ -549,6 +554,20 @@ fn vulkan_tagged_norms_compute_the_staged_bits() {
 #[test]
 fn vulkan_tagged_quantizations_compute_the_staged_bits() {
     assert_switch_keeps_the_staged_bits("tagged quantizations", "STRATA_VULKAN_TAGGED_QUANT", "1", &[("STRATA_VULKAN_TAGGED_NORM", "1")], strata_gpu::vulkan::tagged_quants_recorded, |layers| layers);
+}
+
+/// Gate/up's last outputs in a dispatch of one-output units of their own (`STRATA_SWIGLU_TAIL`:
+/// the last 100 outputs, rounded to whole workgroups of the two-output units before them), both
+/// with the tagged quantization after them and staged (`STRATA_VULKAN_TAGGED_QUANT=0`, a
+/// barrier before the quantization), compute the bits of the one dispatch. On the Q4_K models
+/// (two outputs a unit); one tail a layer.
+#[test]
+fn vulkan_gate_up_tail_in_one_output_units_computes_the_staged_bits() {
+    let names = ["tiny-qwen2-wide", "tiny-qwen2-long-ff"];
+    let recorded = strata_gpu::vulkan::swiglu_tails_recorded;
+    assert_switch_keeps_the_staged_bits_of(&names, "gate/up's tail (tagged)", "STRATA_SWIGLU_TAIL", "100", &[], recorded, |layers| layers);
+    std::env::set_var("STRATA_VULKAN_TAGGED_QUANT", "0");
+    assert_switch_keeps_the_staged_bits_of(&names, "gate/up's tail (staged)", "STRATA_SWIGLU_TAIL", "100", &[], recorded, |layers| layers);
 }
 
 /// The same for the attention merge after the split kernels (`STRATA_VULKAN_TAGGED_MERGE=1`),
