@@ -570,6 +570,21 @@ fn vulkan_gate_up_tail_in_one_output_units_computes_the_staged_bits() {
     assert_switch_keeps_the_staged_bits_of(&names, "gate/up's tail (staged)", "STRATA_SWIGLU_TAIL", "100", &[], recorded, |layers| layers);
 }
 
+/// The same with gate/up's first outputs in one-output units (`STRATA_SWIGLU_SMALL_FIRST`: the
+/// first 100, rounded down to whole workgroups of two-output units), and with both the first and
+/// the last 100 (three dispatches).
+#[test]
+fn vulkan_gate_up_small_units_first_compute_the_staged_bits() {
+    let names = ["tiny-qwen2-wide", "tiny-qwen2-long-ff"];
+    let recorded = strata_gpu::vulkan::swiglu_tails_recorded;
+    assert_switch_keeps_the_staged_bits_of(&names, "gate/up's small units first", "STRATA_SWIGLU_SMALL_FIRST", "100", &[], recorded, |layers| layers);
+    std::env::set_var("STRATA_VULKAN_TAGGED_QUANT", "0");
+    assert_switch_keeps_the_staged_bits_of(&names, "gate/up's small units first (staged)", "STRATA_SWIGLU_SMALL_FIRST", "100", &[], recorded, |layers| layers);
+    std::env::remove_var("STRATA_VULKAN_TAGGED_QUANT");
+    // (The staged run of the second model then has the tail alone: three parts against two.)
+    assert_switch_keeps_the_staged_bits_of(&names, "gate/up's small units first and last", "STRATA_SWIGLU_SMALL_FIRST", "100", &[("STRATA_SWIGLU_TAIL", "100")], recorded, |layers| layers);
+}
+
 /// The same for the attention merge after the split kernels (`STRATA_VULKAN_TAGGED_MERGE=1`),
 /// one a layer, with the long-context kernel taking the tokens from 24 positions on (both
 /// kernels' records tagged; this process only, as nextest runs each test in its own).

@@ -114,21 +114,29 @@ fn swiglu_pairs(format: WeightFormat) -> u8 {
     knob.unwrap_or(if format == WeightFormat::Q4_K { 2 } else { 1 })
 }
 
-/// How many of the last outputs of the one-token gate/up product (MatVecIntSwiGluF32, two outputs
-/// a lane group) a second dispatch of one-output units takes, recorded right after the first with
-/// no barrier between them: the product's last wave then ends in units half as long, so fewer
-/// lanes idle while its slowest workgroups finish. `STRATA_SWIGLU_TAIL` (outputs, rounded down to
-/// whole workgroups of the first dispatch) sets it, a tuning knob read at each recording; off by
-/// default. Only
-/// where the units hold two outputs and the weights' rows lie one after another with no aux
-/// region (Q4_K), so that the second dispatch's weights start at its first row. The same bits: a
-/// row's arithmetic depends on the lanes a row only ([`ProductLayout`]), not on the outputs a unit.
-fn swiglu_tail_rows(gate: &GpuWeight, up: &GpuWeight, pairs: u8, layout: ProductLayout) -> Option<usize> {
-    let tail: usize = std::env::var("STRATA_SWIGLU_TAIL").ok()?.parse().ok()?;
+/// The dispatches of the one-token gate/up product (MatVecIntSwiGluF32, `pairs` outputs a lane
+/// group): (first output, outputs, outputs a lane group) each, recorded in this order with no
+/// barrier between them. By default one. `STRATA_SWIGLU_TAIL=N` puts the last N outputs in
+/// one-output units, so that the product's last wave ends in units half as long;
+/// `STRATA_SWIGLU_SMALL_FIRST=N` the first N, so that an SM's first workgroups end at two
+/// different times and its later ones do not all start and load at once (the two-output units
+/// of one wave otherwise start, load and end together). Tuning knobs read at each recording (N
+/// rounded to whole workgroups of two-output units); off by default. Only where the units hold
+/// two outputs and the weights' rows lie one after another with no aux region (Q4_K), so that
+/// a part's weights start at its first row. The same bits: a row's arithmetic depends on the
+/// lanes a row only ([`ProductLayout`]), not on the outputs a unit.
+fn swiglu_parts(gate: &GpuWeight, up: &GpuWeight, pairs: u8, layout: ProductLayout) -> Vec<(usize, usize, u8)> {
+    let rows = gate.rows;
+    let knob = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<usize>().ok()).unwrap_or(0);
     let whole = layout.groups() * pairs as usize;
-    let head = gate.rows.saturating_sub(tail).next_multiple_of(whole);
     let contiguous = |w: &GpuWeight| w.layout.aux_bytes == 0 && w.layout.main_bytes.is_multiple_of(w.rows as u64) && (w.layout.main_bytes / w.rows as u64).is_multiple_of(16);
-    (pairs == 2 && gate.rows == up.rows && gate.cols == up.cols && contiguous(gate) && contiguous(up) && head > 0 && head < gate.rows).then_some(gate.rows - head)
+    let splittable = pairs == 2 && gate.rows == up.rows && gate.cols == up.cols && contiguous(gate) && contiguous(up);
+    let first = (knob("STRATA_SWIGLU_SMALL_FIRST") / whole * whole).min(rows);
+    let big_end = rows.saturating_sub(knob("STRATA_SWIGLU_TAIL")).next_multiple_of(whole).min(rows).max(first);
+    if !splittable || (first == 0 && big_end == rows) || first == big_end {
+        return vec![(0, rows, pairs)];
+    }
+    [(0, first, 1), (first, big_end - first, pairs), (big_end, rows - big_end, 1)].into_iter().filter(|p| p.1 > 0).collect()
 }
 
 /// Rows per workgroup of the one-token item kernel (matvec_q.comp) forced by
@@ -1369,38 +1377,34 @@ impl VulkanPlan {
                                         // recorded with no barrier between them.
                                         let kernel = Kernel::MatVecIntSwiGluF32(g.layout.format, layout, pairs);
                                         let tagged = tagged_quants.then(|| kernel.with_tagged_out()).flatten().and_then(|k| Some((k, tagged_slots.next()?)));
-                                        // The last outputs in one-output units, a dispatch of
-                                        // their own right after ([`swiglu_tail_rows`]).
-                                        let tail = if chain.enabled { None } else { swiglu_tail_rows(&g, &u, pairs, layout) };
-                                        let head_rows = g.rows - tail.unwrap_or(0);
-                                        let head_push = || {
-                                            Push::new().addr(g.address).addr(g.aux()).addr(u.address).addr(u.aux()).addr(x).addr(addr_of(act)).addr(rounded_alt.address).addr(counters.address)
-                                                .u32(g.cols as u32).u32(meta_offset as u32).u32(head_rows as u32).u32(out_meta_offset as u32)
-                                        };
-                                        let head_groups = head_rows.div_ceil(layout.groups() * pairs as usize) as u32;
+                                        // Outputs in one-output units, dispatches of their own
+                                        // recorded beside the two-output one with no barrier
+                                        // between them ([`swiglu_parts`]).
+                                        let parts = if chain.enabled { vec![(0, g.rows, pairs)] } else { swiglu_parts(&g, &u, pairs, layout) };
                                         // (Q4_K rows are whole super-blocks, no aux: a row's
                                         // bytes start `main_bytes / rows` after the row before.)
-                                        let tail_push = |tail_rows: usize| {
-                                            let row_bytes = |w: &GpuWeight| (head_rows as u64) * (w.layout.main_bytes / w.rows as u64);
-                                            Push::new().addr(g.address + row_bytes(&g)).addr(0).addr(u.address + row_bytes(&u)).addr(0).addr(x).addr(addr_of(act) + head_rows as u64 * 4).addr(rounded_alt.address).addr(counters.address)
-                                                .u32(g.cols as u32).u32(meta_offset as u32).u32(tail_rows as u32).u32(out_meta_offset as u32)
+                                        let part_push = |first: usize, rows: usize| {
+                                            let skip = |w: &GpuWeight| (first as u64) * (w.layout.main_bytes / w.rows as u64);
+                                            let (g_aux, u_aux) = if first == 0 { (g.aux(), u.aux()) } else { (0, 0) };
+                                            Push::new().addr(g.address + skip(&g)).addr(g_aux).addr(u.address + skip(&u)).addr(u_aux).addr(x).addr(addr_of(act) + first as u64 * 4).addr(rounded_alt.address).addr(counters.address)
+                                                .u32(g.cols as u32).u32(meta_offset as u32).u32(rows as u32).u32(out_meta_offset as u32)
                                         };
-                                        let tail_kernel = Kernel::MatVecIntSwiGluF32(g.layout.format, layout, 1);
-                                        let tail_groups = |tail_rows: usize| tail_rows.div_ceil(layout.groups()) as u32;
+                                        let part_groups = |rows: usize, part_pairs: u8| rows.div_ceil(layout.groups() * part_pairs as usize) as u32;
+                                        if parts.len() > 1 {
+                                            SWIGLU_TAILS_RECORDED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                        }
                                         match tagged {
-                                            Some((tagged_kernel, row)) => {
-                                                rec.dispatch(tagged_kernel, &head_push().tail_addrs(&[row, p_header]), [head_groups, 1, 1])?;
-                                                if let (Some(tail_rows), Some(tail_tagged)) = (tail, tail_kernel.with_tagged_out()) {
-                                                    rec.dispatch(tail_tagged, &tail_push(tail_rows).tail_addrs(&[row + head_rows as u64 * 8, p_header]), [tail_groups(tail_rows), 1, 1])?;
-                                                    SWIGLU_TAILS_RECORDED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                            Some((_, row)) => {
+                                                for &(first, rows, part_pairs) in &parts {
+                                                    let Some(part_kernel) = Kernel::MatVecIntSwiGluF32(g.layout.format, layout, part_pairs).with_tagged_out() else { unreachable!("both unit sizes have tagged builds") };
+                                                    rec.dispatch(part_kernel, &part_push(first, rows).tail_addrs(&[row + first as u64 * 8, p_header]), [part_groups(rows, part_pairs), 1, 1])?;
                                                 }
                                                 tagged_quant_input = Some((row, x));
                                             }
+                                            None if parts.len() == 1 => chain.dispatch(&mut rec, kernel, push, [groups as u32, 1, 1])?,
                                             None => {
-                                                chain.dispatch(&mut rec, kernel, head_push(), [head_groups, 1, 1])?;
-                                                if let Some(tail_rows) = tail {
-                                                    rec.dispatch(tail_kernel, &tail_push(tail_rows), [tail_groups(tail_rows), 1, 1])?;
-                                                    SWIGLU_TAILS_RECORDED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                                for &(first, rows, part_pairs) in &parts {
+                                                    rec.dispatch(Kernel::MatVecIntSwiGluF32(g.layout.format, layout, part_pairs), &part_push(first, rows), [part_groups(rows, part_pairs), 1, 1])?;
                                                 }
                                             }
                                         }
@@ -2154,11 +2158,11 @@ pub fn tagged_merges_recorded() -> u64 {
     TAGGED_MERGES_RECORDED.load(std::sync::atomic::Ordering::Relaxed)
 }
 
-/// Gate/up products recorded with their last outputs in a dispatch of one-output units
-/// ([`swiglu_tail_rows`]) in this process: for tests that must know the path was taken.
+/// Gate/up products recorded with some outputs in dispatches of one-output units
+/// ([`swiglu_parts`]) in this process: for tests that must know the path was taken.
 static SWIGLU_TAILS_RECORDED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-/// How many gate/up products this process has recorded with a tail of one-output units.
+/// How many gate/up products this process has recorded with some outputs in one-output units.
 pub fn swiglu_tails_recorded() -> u64 {
     SWIGLU_TAILS_RECORDED.load(std::sync::atomic::Ordering::Relaxed)
 }
