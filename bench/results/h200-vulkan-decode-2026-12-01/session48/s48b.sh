@@ -1,5 +1,5 @@
 # Session 48, call 3: the tuning knobs again on the H200 under the tagged default (7B Q4_K decode at
-# context 512, `bench -p 64 -n 128 -d 512 -r 2`), three interleaved rounds, Q4_1 for the two
+# context 512, `bench -p 64 -n 128 -d 512 -r 2`), two interleaved rounds, Q4_1 for the two
 # best (STRATA_SWIGLU_SMALL_FIRST: this session's second build of strata-rt-tail), Q4_0's default once; then the workgroup timelines of Q4_1's default and of Q4_K with 128 lanes a row everywhere. The build of s48a.sh.
 # Carry [".gl", ".carryt"]. Run: BUDGET_S=560 OUT=$OUT bash bench/results/h200-vulkan-decode-2026-12-01/session48/s48b.sh
 source bench/results/h200-vulkan-decode-2026-12-01/session44/common.sh
@@ -8,8 +8,8 @@ b=$PWD/.carry/strata-rt-tail
 bin=$b  # (synth uses it)
 synth qwen2.5-7b Q4_K Q4_1 Q4_0
 echo "models ready, $(left) s left"
-knobs="NONE=1 STRATA_MATVEC_LANES=128 STRATA_MATVEC_LANES=32 STRATA_SWIGLU_PAIRS=1 STRATA_MATVEC_LONE_128=1 STRATA_VULKAN_TAGGED_ATTENTION=1 STRATA_ATTENTION_SPLIT=128 STRATA_MATVEC_ROWS=4 STRATA_SWIGLU_SMALL_FIRST=640 STRATA_SWIGLU_SMALL_FIRST=1320 STRATA_SWIGLU_SMALL_FIRST=2640"
-for round in 1 2 3; do
+knobs="NONE=1 STRATA_SWIGLU_SMALL_FIRST=1320 STRATA_SWIGLU_SMALL_FIRST=640 STRATA_SWIGLU_SMALL_FIRST=2640 STRATA_MATVEC_LANES=128 STRATA_SWIGLU_PAIRS=1 STRATA_MATVEC_LANES=32 STRATA_ATTENTION_SPLIT=128"
+for round in 1 2; do
   for k in $knobs; do
     [ "$(left)" -lt 60 ] && break 2
     echo "Q4_K $k: $(env $k $b bench -m $(m Q4_K) --device vulkan:0 -p 64 -n 128 -d 512 -r 2 2>&1 | grep -E 'bandwidth|tg128|rror' | short)" | tee -a $OUT/knobs.txt
