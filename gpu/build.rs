@@ -29,6 +29,7 @@ fn main() {
     println!("cargo:rerun-if-env-changed=GLSLC");
     println!("cargo:rerun-if-env-changed=STRATA_MATVEC1_ROWS");
     println!("cargo:rerun-if-env-changed=STRATA_SHADER_TIMELINE");
+    println!("cargo:rerun-if-env-changed=STRATA_SHADER_DEFINES");
     // Rows per subgroup of the one-token matrix-vector kernel (a tuning knob for experiments).
     let rows1 = std::env::var("STRATA_MATVEC1_ROWS").ok().and_then(|v| v.parse::<u32>().ok()).filter(|r| (1..=8).contains(r)).unwrap_or(4);
     println!("cargo:rustc-env=STRATA_MATVEC1_ROWS={rows1}");
@@ -247,6 +248,13 @@ fn compile_with(glslc: &str, name: &str, output: &str, defines: &[&str], out: &P
             cmd.args(["-DTIMELINE", "-DTIMELINE_SM"]);
         }
         _ => {}
+    }
+    // Experiments' defines for every shader (`STRATA_SHADER_DEFINES=A,B`): a developer's tool for
+    // timing a kernel's alternative form as a build of its own, never the default.
+    if let Ok(extra) = std::env::var("STRATA_SHADER_DEFINES") {
+        for d in extra.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+            cmd.arg(format!("-D{d}"));
+        }
     }
     cmd.arg(&src).arg("-o").arg(&spv);
     let status = cmd.status().unwrap_or_else(|e| {

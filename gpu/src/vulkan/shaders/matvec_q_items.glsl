@@ -110,7 +110,17 @@ void load_w(uint64_t w, uint64_t aux, uint cols, uint row, uint item, out uint w
     uint sb = row * (cols / 256) + item / 8;
     uint j = item % 8;
     U32x4s blocks = U32x4s(w);
+#if defined(Q4K_HEAD_WORDS)
+    // (An experiment, STRATA_SHADER_DEFINES=Q4K_HEAD_WORDS at build time: the three header words
+    // the sub-block needs, not all four, so that a row's loads in flight hold one register less.)
+    U32s words = U32s(w);
+    uvec4 head = uvec4(words.v[sb * 36], 0u, 0u, words.v[sb * 36 + 3]);
+    uint scale_word = words.v[sb * 36 + 1 + j / 4];
+    head.y = scale_word;
+    head.z = scale_word;
+#else
     uvec4 head = blocks.v[sb * 9];
+#endif
     uvec4 qs = blocks.v[sb * 9 + 1 + j];
     [[unroll]] for (uint k = 0; k < 4; k++) {
         wq[k] = qs[k] & NIBBLES;
