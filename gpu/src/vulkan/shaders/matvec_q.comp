@@ -199,6 +199,11 @@ shared float np_red[WG];
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer Vec4s { vec4 v[]; };
 #endif
 
+// (Lane i of a unit takes items i, i + TPR, ...: matvec_q_items.glsl's Q4K_HEAD_SHUFFLE relies on it.)
+#define ITEM_LANES_ALIGNED
+#if defined(Q4K_HEAD_SHUFFLE)
+#extension GL_KHR_shader_subgroup_shuffle : require
+#endif
 #include "matvec_q_items.glsl"
 
 #if defined(SWIGLU_PAIR)

@@ -110,7 +110,24 @@ void load_w(uint64_t w, uint64_t aux, uint cols, uint row, uint item, out uint w
     uint sb = row * (cols / 256) + item / 8;
     uint j = item % 8;
     U32x4s blocks = U32x4s(w);
-#if defined(Q4K_HEAD_WORDS)
+#if defined(Q4K_HEAD_SHUFFLE) && defined(ITEM_LANES_ALIGNED)
+    // (An experiment, STRATA_SHADER_DEFINES=Q4K_HEAD_SHUFFLE at build time: the eight lanes of a
+    // super-block's sub-blocks (lanes 8k .. 8k + 7 of a subgroup: the product kernels give lane i
+    // item i + n * lanes, and Q4_K rows hold whole super-blocks, so whole groups of eight run
+    // together) load one header word each, lane m word m % 4, and take the words they need from
+    // each other: one register a row's loads in flight instead of four.)
+    uvec4 head;
+    if (gl_SubgroupSize >= 8u) {
+        uint mine = U32s(w).v[sb * 36 + (gl_SubgroupInvocationID & 3u)];
+        uint first = gl_SubgroupInvocationID & ~7u;
+        head.x = subgroupShuffle(mine, first);
+        head.y = subgroupShuffle(mine, first + 1u + j / 4u);
+        head.z = head.y;
+        head.w = subgroupShuffle(mine, first + 3u);
+    } else {
+        head = blocks.v[sb * 9];
+    }
+#elif defined(Q4K_HEAD_WORDS)
     // (An experiment, STRATA_SHADER_DEFINES=Q4K_HEAD_WORDS at build time: the three header words
     // the sub-block needs, not all four, so that a row's loads in flight hold one register less.)
     U32s words = U32s(w);
