@@ -564,7 +564,7 @@ fn vulkan_tagged_quantizations_compute_the_staged_bits() {
 #[test]
 fn vulkan_gate_up_tail_in_one_output_units_computes_the_staged_bits() {
     let names = ["tiny-qwen2-wide", "tiny-qwen2-long-ff"];
-    let recorded = strata_gpu::vulkan::swiglu_tails_recorded;
+    let recorded = strata_gpu::vulkan::swiglu_splits_recorded;
     assert_switch_keeps_the_staged_bits_of(&names, "gate/up's tail (tagged)", "STRATA_SWIGLU_TAIL", "100", &[], recorded, |layers| layers);
     std::env::set_var("STRATA_VULKAN_TAGGED_QUANT", "0");
     assert_switch_keeps_the_staged_bits_of(&names, "gate/up's tail (staged)", "STRATA_SWIGLU_TAIL", "100", &[], recorded, |layers| layers);
@@ -576,7 +576,7 @@ fn vulkan_gate_up_tail_in_one_output_units_computes_the_staged_bits() {
 #[test]
 fn vulkan_gate_up_small_units_first_compute_the_staged_bits() {
     let names = ["tiny-qwen2-wide", "tiny-qwen2-long-ff"];
-    let recorded = strata_gpu::vulkan::swiglu_tails_recorded;
+    let recorded = strata_gpu::vulkan::swiglu_splits_recorded;
     assert_switch_keeps_the_staged_bits_of(&names, "gate/up's small units first", "STRATA_SWIGLU_SMALL_FIRST", "100", &[], recorded, |layers| layers);
     std::env::set_var("STRATA_VULKAN_TAGGED_QUANT", "0");
     assert_switch_keeps_the_staged_bits_of(&names, "gate/up's small units first (staged)", "STRATA_SWIGLU_SMALL_FIRST", "100", &[], recorded, |layers| layers);

@@ -126,17 +126,26 @@ fn swiglu_pairs(format: WeightFormat) -> u8 {
 /// a part's weights start at its first row. The same bits: a row's arithmetic depends on the
 /// lanes a row only ([`ProductLayout`]), not on the outputs a unit.
 fn swiglu_parts(gate: &GpuWeight, up: &GpuWeight, pairs: u8, layout: ProductLayout) -> Vec<(usize, usize, u8)> {
-    let rows = gate.rows;
     let knob = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<usize>().ok()).unwrap_or(0);
-    let whole = layout.groups() * pairs as usize;
     let contiguous = |w: &GpuWeight| w.layout.aux_bytes == 0 && w.layout.main_bytes.is_multiple_of(w.rows as u64) && (w.layout.main_bytes / w.rows as u64).is_multiple_of(16);
     let splittable = pairs == 2 && gate.rows == up.rows && gate.cols == up.cols && contiguous(gate) && contiguous(up);
-    let first = (knob("STRATA_SWIGLU_SMALL_FIRST") / whole * whole).min(rows);
-    let big_end = rows.saturating_sub(knob("STRATA_SWIGLU_TAIL")).next_multiple_of(whole).min(rows).max(first);
-    if !splittable || (first == 0 && big_end == rows) || first == big_end {
-        return vec![(0, rows, pairs)];
+    if !splittable {
+        return vec![(0, gate.rows, pairs)];
     }
-    [(0, first, 1), (first, big_end - first, pairs), (big_end, rows - big_end, 1)].into_iter().filter(|p| p.1 > 0).collect()
+    split_two_output_units(gate.rows, layout.groups(), knob("STRATA_SWIGLU_SMALL_FIRST"), knob("STRATA_SWIGLU_TAIL"))
+}
+
+/// [`swiglu_parts`] of `rows` outputs in two-output units, `groups` units a workgroup: the
+/// first `small_first` and the last `small_last` outputs (rounded so that the two-output part
+/// holds whole workgroups) in one-output units.
+fn split_two_output_units(rows: usize, groups: usize, small_first: usize, small_last: usize) -> Vec<(usize, usize, u8)> {
+    let whole = groups * 2;
+    let first = (small_first / whole * whole).min(rows);
+    let big_end = rows.saturating_sub(small_last).next_multiple_of(whole).min(rows).max(first);
+    if (first == 0 && big_end == rows) || first == big_end {
+        return vec![(0, rows, 2)];
+    }
+    [(0, first, 1), (first, big_end - first, 2), (big_end, rows - big_end, 1)].into_iter().filter(|p| p.1 > 0).collect()
 }
 
 /// Rows per workgroup of the one-token item kernel (matvec_q.comp) forced by
@@ -1391,7 +1400,7 @@ impl VulkanPlan {
                                         };
                                         let part_groups = |rows: usize, part_pairs: u8| rows.div_ceil(layout.groups() * part_pairs as usize) as u32;
                                         if parts.len() > 1 {
-                                            SWIGLU_TAILS_RECORDED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                            SWIGLU_SPLITS_RECORDED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                                         }
                                         match tagged {
                                             Some((_, row)) => {
@@ -2160,11 +2169,11 @@ pub fn tagged_merges_recorded() -> u64 {
 
 /// Gate/up products recorded with some outputs in dispatches of one-output units
 /// ([`swiglu_parts`]) in this process: for tests that must know the path was taken.
-static SWIGLU_TAILS_RECORDED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static SWIGLU_SPLITS_RECORDED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// How many gate/up products this process has recorded with some outputs in one-output units.
-pub fn swiglu_tails_recorded() -> u64 {
-    SWIGLU_TAILS_RECORDED.load(std::sync::atomic::Ordering::Relaxed)
+pub fn swiglu_splits_recorded() -> u64 {
+    SWIGLU_SPLITS_RECORDED.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// How many quantizations reading a tagged row this process has recorded.
@@ -2930,6 +2939,33 @@ impl ForwardPlan for VulkanPlan {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gate_up_splits_cover_every_output_once_in_whole_workgroups() {
+        // Off: one dispatch.
+        assert_eq!(split_two_output_units(18_944, 2, 0, 0), vec![(0, 18_944, 2)]);
+        // The 7B shape with half a wave first (1,320 outputs) and a tail.
+        assert_eq!(split_two_output_units(18_944, 2, 1_320, 0), vec![(0, 1_320, 1), (1_320, 17_624, 2)]);
+        assert_eq!(split_two_output_units(18_944, 2, 0, 2_640), vec![(0, 16_304, 2), (16_304, 2_640, 1)]);
+        // Whatever is asked: the parts follow each other from 0 to the end, and the two-output
+        // part starts on a whole workgroup (its units' outputs are where the kernel expects).
+        for rows in [1usize, 3, 4, 5, 100, 4_865, 18_944] {
+            for groups in [1usize, 2, 4] {
+                for first in [0usize, 1, 3, 4, 7, 100, 4_864, 100_000] {
+                    for last in [0usize, 1, 3, 4, 99, 4_866, 100_000] {
+                        let parts = split_two_output_units(rows, groups, first, last);
+                        let mut at = 0;
+                        for &(start, n, pairs) in &parts {
+                            assert_eq!(start, at, "{rows} {groups} {first} {last}: {parts:?}");
+                            assert!(n > 0 && (pairs == 1 || start % (2 * groups) == 0), "{rows} {groups} {first} {last}: {parts:?}");
+                            at += n;
+                        }
+                        assert_eq!(at, rows, "{rows} {groups} {first} {last}: {parts:?}");
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn greedy_submissions_hold_several_steps_only_while_they_are_short() {
