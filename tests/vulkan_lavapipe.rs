@@ -563,11 +563,19 @@ fn vulkan_tagged_quantizations_compute_the_staged_bits() {
 /// (two outputs a unit); one tail a layer.
 #[test]
 fn vulkan_gate_up_tail_in_one_output_units_computes_the_staged_bits() {
+    assert_gate_up_split_keeps_the_bits("gate/up's tail", "STRATA_SWIGLU_TAIL", &[]);
+}
+
+/// The Q4_K models (two outputs a unit) with gate/up split by `knob` = 100 (and `on_too`), one
+/// split a layer, against the one dispatch: first with the tagged quantization after gate/up,
+/// then staged (`STRATA_VULKAN_TAGGED_QUANT=0`, a barrier before the quantization), which this
+/// process keeps afterwards.
+fn assert_gate_up_split_keeps_the_bits(what: &str, knob: &str, on_too: &[(&str, &str)]) {
     let names = ["tiny-qwen2-wide", "tiny-qwen2-long-ff"];
     let recorded = strata_gpu::vulkan::swiglu_splits_recorded;
-    assert_switch_keeps_the_staged_bits_of(&names, "gate/up's tail (tagged)", "STRATA_SWIGLU_TAIL", "100", &[], recorded, |layers| layers);
+    assert_switch_keeps_the_staged_bits_of(&names, &format!("{what} (tagged)"), knob, "100", on_too, recorded, |layers| layers);
     std::env::set_var("STRATA_VULKAN_TAGGED_QUANT", "0");
-    assert_switch_keeps_the_staged_bits_of(&names, "gate/up's tail (staged)", "STRATA_SWIGLU_TAIL", "100", &[], recorded, |layers| layers);
+    assert_switch_keeps_the_staged_bits_of(&names, &format!("{what} (staged)"), knob, "100", on_too, recorded, |layers| layers);
 }
 
 /// The same with gate/up's first outputs in one-output units (`STRATA_SWIGLU_SMALL_FIRST`: the
@@ -575,14 +583,11 @@ fn vulkan_gate_up_tail_in_one_output_units_computes_the_staged_bits() {
 /// the last 100 (three dispatches).
 #[test]
 fn vulkan_gate_up_small_units_first_compute_the_staged_bits() {
-    let names = ["tiny-qwen2-wide", "tiny-qwen2-long-ff"];
-    let recorded = strata_gpu::vulkan::swiglu_splits_recorded;
-    assert_switch_keeps_the_staged_bits_of(&names, "gate/up's small units first", "STRATA_SWIGLU_SMALL_FIRST", "100", &[], recorded, |layers| layers);
-    std::env::set_var("STRATA_VULKAN_TAGGED_QUANT", "0");
-    assert_switch_keeps_the_staged_bits_of(&names, "gate/up's small units first (staged)", "STRATA_SWIGLU_SMALL_FIRST", "100", &[], recorded, |layers| layers);
+    assert_gate_up_split_keeps_the_bits("gate/up's small units first", "STRATA_SWIGLU_SMALL_FIRST", &[]);
     std::env::remove_var("STRATA_VULKAN_TAGGED_QUANT");
     // (The staged run of the second model then has the tail alone: three parts against two.)
-    assert_switch_keeps_the_staged_bits_of(&names, "gate/up's small units first and last", "STRATA_SWIGLU_SMALL_FIRST", "100", &[("STRATA_SWIGLU_TAIL", "100")], recorded, |layers| layers);
+    let names = ["tiny-qwen2-wide", "tiny-qwen2-long-ff"];
+    assert_switch_keeps_the_staged_bits_of(&names, "gate/up's small units first and last", "STRATA_SWIGLU_SMALL_FIRST", "100", &[("STRATA_SWIGLU_TAIL", "100")], strata_gpu::vulkan::swiglu_splits_recorded, |layers| layers);
 }
 
 /// The same for the attention merge after the split kernels (`STRATA_VULKAN_TAGGED_MERGE=1`),

@@ -1410,10 +1410,10 @@ impl VulkanPlan {
                                                 }
                                                 tagged_quant_input = Some((row, x));
                                             }
-                                            None if parts.len() == 1 => chain.dispatch(&mut rec, kernel, push, [groups as u32, 1, 1])?,
                                             None => {
+                                                // (One part, the whole product, when chained.)
                                                 for &(first, rows, part_pairs) in &parts {
-                                                    rec.dispatch(Kernel::MatVecIntSwiGluF32(g.layout.format, layout, part_pairs), &part_push(first, rows), [part_groups(rows, part_pairs), 1, 1])?;
+                                                    chain.dispatch(&mut rec, Kernel::MatVecIntSwiGluF32(g.layout.format, layout, part_pairs), part_push(first, rows), [part_groups(rows, part_pairs), 1, 1])?;
                                                 }
                                             }
                                         }

@@ -131,10 +131,8 @@ void load_w(uint64_t w, uint64_t aux, uint cols, uint row, uint item, out uint w
     // (An experiment, STRATA_SHADER_DEFINES=Q4K_HEAD_WORDS at build time: the three header words
     // the sub-block needs, not all four, so that a row's loads in flight hold one register less.)
     U32s words = U32s(w);
-    uvec4 head = uvec4(words.v[sb * 36], 0u, 0u, words.v[sb * 36 + 3]);
     uint scale_word = words.v[sb * 36 + 1 + j / 4];
-    head.y = scale_word;
-    head.z = scale_word;
+    uvec4 head = uvec4(words.v[sb * 36], scale_word, scale_word, words.v[sb * 36 + 3]);
 #else
     uvec4 head = blocks.v[sb * 9];
 #endif
