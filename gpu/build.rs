@@ -64,6 +64,8 @@ fn main() {
                 // Reading the row tagged by the product before it (no barrier between them).
                 compile_with(&glslc, "rms_norm_q", &format!("rms_norm_int_{act}_tagged"), &[define, "TAGGED_IN"], &out);
                 compile_with(&glslc, "quantize_act", &format!("quantize_act_int_{act}_tagged"), &[define, "INT_OUT", "TAGGED_IN"], &out);
+                // The RMSNorm after a tagged residual add as that quantization's chunks (NORM_W).
+                compile_with(&glslc, "quantize_act", &format!("quantize_act_int_{act}_tagged_norm"), &[define, "INT_OUT", "TAGGED_IN", "NORM_W"], &out);
                 compile_with(&glslc, "quantize_act", &format!("combine_quantize_int_{act}_tagged"), &[define, "INT_OUT", "COMBINE", "TAGGED_IN"], &out);
             }
             // Chained builds (shaders/chain.glsl) of the one-token step's staged kernels.
@@ -139,6 +141,10 @@ fn main() {
                 compile_with(&glslc, "matvec_q", &format!("matvec_qkv_scaled_{ty}{suffix}"), &[&t, "NT=1", "ROWS=2", "QKV_ROPE", "NORM_SCALE", &g], &out);
                 compile_with(&glslc, "matvec_q", &format!("matvec_swiglu_scaled_{ty}_f32{suffix}"), &[&t, "NT=1", "ROWS=2", "SWIGLU_PAIR", "ACT_Q8_0", "NO_TICKET", "NORM_SCALE", &g], &out);
                 compile_with(&glslc, "matvec_q", &format!("matvec_swiglu_scaled_{ty}_f32_p2{suffix}"), &[&t, "NT=1", "ROWS=4", "PAIRS=2", "SWIGLU_PAIR", "ACT_Q8_0", "NO_TICKET", "NORM_SCALE", &g], &out);
+                // Scaled and writing the SwiGLU row tagged (after the chunked norm, before the
+                // tagged quantization).
+                compile_with(&glslc, "matvec_q", &format!("matvec_swiglu_scaled_tagout_{ty}_f32{suffix}"), &[&t, "NT=1", "ROWS=2", "SWIGLU_PAIR", "ACT_Q8_0", "NO_TICKET", "NORM_SCALE", "TAGGED_OUT", tag_at_store, &g], &out);
+                compile_with(&glslc, "matvec_q", &format!("matvec_swiglu_scaled_tagout_{ty}_f32_p2{suffix}"), &[&t, "NT=1", "ROWS=4", "PAIRS=2", "SWIGLU_PAIR", "ACT_Q8_0", "NO_TICKET", "NORM_SCALE", "TAGGED_OUT", tag_at_store, &g], &out);
             }
         }
         // Each layout (kernels.rs, ProductLayout) of every product kernel; 128 lanes a row

@@ -243,6 +243,8 @@ fn vulkan_fused_decode_stages_compute_the_unfused_bits() {
         let tokens: Vec<u32> = (0..80u32).map(|i| (i * 7919 + 13) % vocab).collect();
         // `swiglu`: the gate/up fusion's setting ("1": quantized through tickets; another value,
         // as by default: the paired products, the quantization apart).
+        // The norm stage's bits, which the unfused path keeps: not the chunked norm's.
+        std::env::set_var("STRATA_VULKAN_TAGGED_NORM_SCALE", "0");
         let run = |fused: bool, swiglu: &str| {
             // nextest runs each test in a process of its own; the plan reads this when it records.
             for knob in ["STRATA_VULKAN_FUSE_QKV", "STRATA_VULKAN_FUSE_ATTENTION"] {
@@ -391,6 +393,9 @@ type RecordedAtLeast = (fn() -> u64, fn(u64) -> u64);
 /// switched path's recordings, and how much a model's run must add to it.
 fn assert_switch_stays_as_close_to_the_cpu(what: &str, knob: &str, models: Vec<(&str, Arc<LoadedModel>)>, must_differ: fn(&str) -> bool, recorded: Option<RecordedAtLeast>) {
     let Some(i) = vulkan_index() else { return };
+    // The staged path with the norm stage, not the chunked norm the K-quant models take by
+    // default (the norm epilogue's bits).
+    std::env::set_var("STRATA_VULKAN_TAGGED_NORM_SCALE", "0");
     for (name, model) in models {
         let vocab = model.hparams.vocab_size;
         let tokens: Vec<u32> = (0..48u32).map(|i| (i * 7919 + 13) % vocab as u32).collect();
@@ -456,6 +461,53 @@ fn vulkan_norm_after_the_residual_add_agrees_with_the_norm_stage() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The tagged RMSNorm after each residual add done in the row's chunks of 256
+/// (`STRATA_VULKAN_TAGGED_NORM_SCALE=1`: each chunk's workgroup waits for its part of the tagged
+/// row only, quantizes its `x * weight` and leaves its sum of squares; the product after it
+/// scales by the norm) computes the bits of the form that does the same in the residual-adding
+/// product's last workgroups (`STRATA_VULKAN_NORM_EPILOGUE=1`, whose own test holds it as close to
+/// the CPU as the norm stage): same arithmetic, another place. On the default model (Q8_0-style
+/// records, rows of 576: a last chunk of 64), Qwen2's with rows of 1,280 (Q8_K records) and with
+/// FFN rows of 4,608; 48 positions, one token a step. Every layer's norms but the first must
+/// have been taken. Unset, the switch is on for the Q8_K models only.
+#[test]
+fn vulkan_tagged_norm_in_chunks_computes_the_norm_epilogues_bits() {
+    let Some(i) = vulkan_index() else { return };
+    let dir = std::env::temp_dir().join(format!("strata-vulkan-tagged-norm-scale-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let models = vec![
+        ("default", Arc::new(LoadedModel::load(&common::default_model()).expect("the default model loads"))),
+        ("tiny-qwen2-wide", synthetic_model(&dir, "tiny-qwen2-wide", strata_quant::GgmlType::Q4_K, 5)),
+        ("tiny-qwen2-long-ff", synthetic_model(&dir, "tiny-qwen2-long-ff", strata_quant::GgmlType::Q4_K, 7)),
+    ];
+    for (name, model) in models {
+        let vocab = model.hparams.vocab_size;
+        let tokens: Vec<u32> = (0..48u32).map(|i| (i * 7919 + 13) % vocab as u32).collect();
+        let staged = vulkan_logits_with(&model, i, "STRATA_VULKAN_TAGGED_NORM_SCALE", "0", &tokens);
+        let epilogue = vulkan_logits_with(&model, i, "STRATA_VULKAN_NORM_EPILOGUE", "1", &tokens);
+        std::env::set_var("STRATA_VULKAN_NORM_EPILOGUE", "0");
+        let before = strata_gpu::vulkan::tagged_norm_scales_recorded();
+        let chunks = vulkan_logits_with(&model, i, "STRATA_VULKAN_TAGGED_NORM_SCALE", "1", &tokens);
+        std::env::remove_var("STRATA_VULKAN_TAGGED_NORM_SCALE");
+        std::env::remove_var("STRATA_VULKAN_NORM_EPILOGUE");
+        let layers = model.hparams.n_layers as u64;
+        let taken = strata_gpu::vulkan::tagged_norm_scales_recorded() - before;
+        assert!(taken >= 2 * layers - 1, "{name}: the chunked norm recorded {taken} times for {layers} layers");
+        let differ = chunks.iter().zip(&epilogue).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+        let from_staged = chunks.iter().zip(&staged).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+        eprintln!("{name}: {differ} logits differ from the norm epilogue's, {from_staged} from the norm stage's ({taken} recorded)");
+        assert_eq!(differ, 0, "{name}: the chunked norm changes {differ} logits of the norm epilogue's");
+        // Unset, the K-quant models (Q8_K records) take it and the default model does not.
+        let before = strata_gpu::vulkan::tagged_norm_scales_recorded();
+        let default = vulkan_logits_with(&model, i, "STRATA_VULKAN_TAGGED_NORM_SCALE", "", &tokens);
+        let taken = strata_gpu::vulkan::tagged_norm_scales_recorded() - before;
+        let same = if name == "default" { &staged } else { &chunks };
+        let differ = default.iter().zip(same).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+        assert_eq!((taken > 0, differ), (name != "default", 0), "{name}: by default the chunked norm recorded {taken} times, {differ} logits differ");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Lone projections of 7B-wide rows in 128 lanes a row (`STRATA_MATVEC_LONE_128=1`: one block a
 /// lane instead of 64 lanes taking two in turn): another summation order, as close to the CPU
 /// device. On a model of Qwen2.5-7B's width (its output projection: 3,584 rows of 112 blocks;
@@ -482,6 +534,8 @@ fn assert_switch_keeps_the_staged_bits(what: &str, knob: &str, on: &str, on_too:
 /// [`assert_switch_keeps_the_staged_bits`] on the models of those `names` only.
 fn assert_switch_keeps_the_staged_bits_of(names: &[&str], what: &str, knob: &str, on: &str, on_too: &[(&str, &str)], recorded: fn() -> u64, at_least: fn(u64) -> u64) {
     let Some(i) = vulkan_index() else { return };
+    // The norm stage's bits: not the chunked norm's, which the K-quant models take by default.
+    std::env::set_var("STRATA_VULKAN_TAGGED_NORM_SCALE", "0");
     let dir = std::env::temp_dir().join(format!("strata-vulkan-{}-{}", knob.to_lowercase(), std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let load = |name: &str| match name {

@@ -95,6 +95,10 @@ pub enum Kernel {
     MatVecIntRopeScaled(WeightFormat, ProductLayout),
     /// MatVecIntSwiGluF32 likewise.
     MatVecIntSwiGluF32Scaled(WeightFormat, ProductLayout, u8),
+    /// [`Kernel::MatVecIntSwiGluF32Scaled`] that also writes the SwiGLU row tagged with the
+    /// step, as [`Kernel::MatVecIntSwiGluF32TaggedOut`] does: after a
+    /// [`Kernel::NormQuantizeTagged`], before the tagged quantization.
+    MatVecIntSwiGluF32ScaledTaggedOut(WeightFormat, ProductLayout, u8),
     /// The integer kernel that computes the CPU device's bits (Q4_0, Q4_1, Q8_0, Q4_K): `nt`
     /// tokens per pass (1 or 4), each lane loading `unroll` blocks ahead (1, 2, 4 or 8; 1 or 2
     /// with 4 tokens); Q4_K in the lane order of `k_order`.
@@ -171,6 +175,12 @@ pub enum Kernel {
     /// QuantizeActInt of one row that a [`Kernel::MatVecIntSwiGluF32TaggedOut`] recorded right
     /// before it writes with the step's tag (quantize_act.comp TAGGED_IN). Same bits.
     QuantizeActIntTagged(ActRounding),
+    /// The RMSNorm after a residual add that a [`Kernel::MatVecInt1TaggedOut`] recorded right
+    /// before it writes tagged, in that row's chunks of 256 (one workgroup each, none waiting
+    /// for the whole row): each quantizes its `x * weight` and leaves its sum of squares, as a
+    /// [`Kernel::MatVecInt1NormOut`] does (quantize_act.comp NORM_W); the product after it is a
+    /// `...Scaled` kernel. The same bits as that form (`STRATA_VULKAN_TAGGED_NORM_SCALE`).
+    NormQuantizeTagged(ActRounding),
     /// SwiGLU that also writes its output as 8-bit records (QuantizeActInt's output).
     SwiGluInt(ActRounding),
     /// The merge of attention's split results that also writes them as 8-bit records.
@@ -525,6 +535,7 @@ impl Kernel {
     pub fn with_tagged_out(self) -> Option<Kernel> {
         match self {
             Kernel::MatVecIntSwiGluF32(f, l @ (ProductLayout::Lanes128 | ProductLayout::Lanes64), pairs) => Some(Kernel::MatVecIntSwiGluF32TaggedOut(f, l, pairs)),
+            Kernel::MatVecIntSwiGluF32Scaled(f, l @ (ProductLayout::Lanes128 | ProductLayout::Lanes64), pairs) => Some(Kernel::MatVecIntSwiGluF32ScaledTaggedOut(f, l, pairs)),
             _ => match self.with_norm_out()? {
                 Kernel::MatVecInt1NormOut(f, rows, l, unrolled) => Some(Kernel::MatVecInt1TaggedOut(f, rows, l, unrolled)),
                 _ => None,
@@ -578,6 +589,11 @@ impl Kernel {
             Kernel::MatVecIntSwiGluF32Scaled(f, ProductLayout::Lanes128, _) => per_int_format!(f, "matvec_swiglu_scaled", "_f32"),
             Kernel::MatVecIntSwiGluF32Scaled(f, ProductLayout::Lanes64, _) => per_int_format!(f, "matvec_swiglu_scaled", "_f32_g2"),
             Kernel::MatVecIntRopeScaled(_, ProductLayout::Lanes32) | Kernel::MatVecIntSwiGluF32Scaled(_, ProductLayout::Lanes32, _) => &[],
+            Kernel::MatVecIntSwiGluF32ScaledTaggedOut(f, ProductLayout::Lanes128, 2) => per_int_format!(f, "matvec_swiglu_scaled_tagout", "_f32_p2"),
+            Kernel::MatVecIntSwiGluF32ScaledTaggedOut(f, ProductLayout::Lanes64, 2) => per_int_format!(f, "matvec_swiglu_scaled_tagout", "_f32_p2_g2"),
+            Kernel::MatVecIntSwiGluF32ScaledTaggedOut(f, ProductLayout::Lanes128, _) => per_int_format!(f, "matvec_swiglu_scaled_tagout", "_f32"),
+            Kernel::MatVecIntSwiGluF32ScaledTaggedOut(f, ProductLayout::Lanes64, _) => per_int_format!(f, "matvec_swiglu_scaled_tagout", "_f32_g2"),
+            Kernel::MatVecIntSwiGluF32ScaledTaggedOut(_, ProductLayout::Lanes32, _) => &[],
             Kernel::AttentionDecodeFused(ActRounding::Q8_0) => spv!("attention_decode_fused_q8_0"),
             Kernel::AttentionDecodeFused(ActRounding::Q8_K) => spv!("attention_decode_fused_q8_k"),
             Kernel::MatVecExact { format: f, nt: 1, unroll: 1, k_order: o } => per_exact_format!(f, "matvec_exact_t1_u1", o, v.fma_via_f64()),
@@ -630,6 +646,8 @@ impl Kernel {
             Kernel::RmsNormIntTagged(ActRounding::Q8_K) => spv!("rms_norm_int_q8_k_tagged"),
             Kernel::QuantizeActIntTagged(ActRounding::Q8_0) => spv!("quantize_act_int_q8_0_tagged"),
             Kernel::QuantizeActIntTagged(ActRounding::Q8_K) => spv!("quantize_act_int_q8_k_tagged"),
+            Kernel::NormQuantizeTagged(ActRounding::Q8_0) => spv!("quantize_act_int_q8_0_tagged_norm"),
+            Kernel::NormQuantizeTagged(ActRounding::Q8_K) => spv!("quantize_act_int_q8_k_tagged_norm"),
             Kernel::SwiGluInt(ActRounding::Q8_0) => rounding!("swiglu_quantize_int_q8_0", v),
             Kernel::SwiGluInt(ActRounding::Q8_K) => rounding!("swiglu_quantize_int_q8_k", v),
             Kernel::AttentionCombineInt(ActRounding::Q8_0) => rounding!("combine_quantize_int_q8_0", v),

@@ -23,7 +23,7 @@ pub mod timeline;
 
 pub use context::{instances_created, list_devices, ContextOptions, DeviceInfo, VulkanContext};
 pub use memory::VulkanKvMemory;
-pub use plan::{chained_stages_recorded, fed_steps_submitted, norm_epilogues_recorded, tagged_attentions_recorded, tagged_merges_recorded, tagged_norms_recorded, tagged_quants_recorded, GREEDY_MAX_STEPS_PER_SUBMISSION, persistent_ffn_recorded, swiglu_splits_recorded, KvSource, VulkanOptions, VulkanPlan};
+pub use plan::{chained_stages_recorded, fed_steps_submitted, norm_epilogues_recorded, tagged_attentions_recorded, tagged_merges_recorded, tagged_norm_scales_recorded, tagged_norms_recorded, tagged_quants_recorded, GREEDY_MAX_STEPS_PER_SUBMISSION, persistent_ffn_recorded, swiglu_splits_recorded, KvSource, VulkanOptions, VulkanPlan};
 
 use crate::DeviceError;
 

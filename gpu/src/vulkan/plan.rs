@@ -1299,7 +1299,15 @@ impl VulkanPlan {
                                         // (`STRATA_VULKAN_WAIT_FAULT=norm`, for tests: the step's first
                                         // tagged norm reads the slot no stage writes, and gives up.)
                                         let row = if std::mem::take(&mut norm_fault_pending) { fault_slot } else { row };
-                                        rec.dispatch(Kernel::RmsNormIntTagged(r), &push.tail_addrs(&[row, p_header, grid_sync + 8]), [rows as u32, 1, 1])?;
+                                        if tagged_norm_scale(ctx, graph, weights, ops, op_index, n) {
+                                            // In the row's chunks, the scale left to the product.
+                                            let push = Push::new().addr(addr_of(*input)).addr(records).u32(width).u32(width).u32(1).u32(record_bytes as u32).u32(meta_offset as u32);
+                                            rec.dispatch(Kernel::NormQuantizeTagged(r), &push.tail_addrs(&[row, p_header, grid_sync + 8, w, norm_partials]).f32(hp.rms_eps), int_quantize_groups(1, width as usize))?;
+                                            norm_scaled = Some(norm_partials);
+                                            TAGGED_NORM_SCALES_RECORDED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                        } else {
+                                            rec.dispatch(Kernel::RmsNormIntTagged(r), &push.tail_addrs(&[row, p_header, grid_sync + 8]), [rows as u32, 1, 1])?;
+                                        }
                                         // (Its give-ups are counted where the grid barriers' are.)
                                         grid_barriers = true;
                                         TAGGED_NORMS_RECORDED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -1378,13 +1386,17 @@ impl VulkanPlan {
                                 // a dispatch of its own (no tickets: faster on the H200).
                                 let pairs = swiglu_pairs(g.layout.format);
                                 let groups = g.rows.div_ceil(layout.groups() * pairs as usize);
-                                match (norm, scaled) {
-                                    (Some((_, _, eps)), _) => rec.dispatch(Kernel::MatVecIntSwiGluF32Norm(g.layout.format, layout, pairs), &push.f32(eps), [groups.min(persistent_groups(ctx)) as u32, 1, 1])?,
-                                    (None, Some(_)) => rec.dispatch(Kernel::MatVecIntSwiGluF32Scaled(g.layout.format, layout, pairs), &push, [groups as u32, 1, 1])?,
-                                    (None, None) => {
+                                match norm {
+                                    Some((_, _, eps)) => rec.dispatch(Kernel::MatVecIntSwiGluF32Norm(g.layout.format, layout, pairs), &push.f32(eps), [groups.min(persistent_groups(ctx)) as u32, 1, 1])?,
+                                    None => {
+                                        // Scaled by the norm before (its partials), or not.
+                                        let of_pairs = |pairs: u8| match scaled {
+                                            Some(_) => Kernel::MatVecIntSwiGluF32Scaled(g.layout.format, layout, pairs),
+                                            None => Kernel::MatVecIntSwiGluF32(g.layout.format, layout, pairs),
+                                        };
                                         // The quantization after it reads its row tagged,
                                         // recorded with no barrier between them.
-                                        let kernel = Kernel::MatVecIntSwiGluF32(g.layout.format, layout, pairs);
+                                        let kernel = of_pairs(pairs);
                                         let tagged = tagged_quants.then(|| kernel.with_tagged_out()).flatten().and_then(|k| Some((k, tagged_slots.next()?)));
                                         // Outputs in one-output units, dispatches of their own
                                         // recorded beside the two-output one with no barrier
@@ -1395,8 +1407,8 @@ impl VulkanPlan {
                                         let part_push = |first: usize, rows: usize| {
                                             let skip = |w: &GpuWeight| (first as u64) * (w.layout.main_bytes / w.rows as u64);
                                             let (g_aux, u_aux) = if first == 0 { (g.aux(), u.aux()) } else { (0, 0) };
-                                            Push::new().addr(g.address + skip(&g)).addr(g_aux).addr(u.address + skip(&u)).addr(u_aux).addr(x).addr(addr_of(act) + first as u64 * 4).addr(rounded_alt.address).addr(counters.address)
-                                                .u32(g.cols as u32).u32(meta_offset as u32).u32(rows as u32).u32(out_meta_offset as u32)
+                                            let push = Push::new().addr(g.address + skip(&g)).addr(g_aux).addr(u.address + skip(&u)).addr(u_aux).addr(x).addr(addr_of(act) + first as u64 * 4).addr(rounded_alt.address).addr(counters.address);
+                                            match scaled { Some(partials) => push.addr(partials), None => push }.u32(g.cols as u32).u32(meta_offset as u32).u32(rows as u32).u32(out_meta_offset as u32)
                                         };
                                         let part_groups = |rows: usize, part_pairs: u8| rows.div_ceil(layout.groups() * part_pairs as usize) as u32;
                                         if parts.len() > 1 {
@@ -1405,7 +1417,7 @@ impl VulkanPlan {
                                         match tagged {
                                             Some((_, row)) => {
                                                 for &(first, rows, part_pairs) in &parts {
-                                                    let Some(part_kernel) = Kernel::MatVecIntSwiGluF32(g.layout.format, layout, part_pairs).with_tagged_out() else { unreachable!("both unit sizes have tagged builds") };
+                                                    let Some(part_kernel) = of_pairs(part_pairs).with_tagged_out() else { unreachable!("both unit sizes have tagged builds") };
                                                     rec.dispatch(part_kernel, &part_push(first, rows).tail_addrs(&[row + first as u64 * 8, p_header]), [part_groups(rows, part_pairs), 1, 1])?;
                                                 }
                                                 tagged_quant_input = Some((row, x));
@@ -1413,7 +1425,7 @@ impl VulkanPlan {
                                             None => {
                                                 // (One part, the whole product, when chained.)
                                                 for &(first, rows, part_pairs) in &parts {
-                                                    chain.dispatch(&mut rec, Kernel::MatVecIntSwiGluF32(g.layout.format, layout, part_pairs), part_push(first, rows), [part_groups(rows, part_pairs), 1, 1])?;
+                                                    chain.dispatch(&mut rec, of_pairs(part_pairs), part_push(first, rows), [part_groups(rows, part_pairs), 1, 1])?;
                                                 }
                                             }
                                         }
@@ -2068,6 +2080,48 @@ const NORM_PROLOGUE_MAX_ROW: usize = 8192;
 const NORM_PROLOGUE_SHARED_BYTES: u32 = (NORM_PROLOGUE_MAX_ROW / 8 * 8 + NORM_PROLOGUE_MAX_ROW / 32 * 8 + 128 * 4 + 128 * 4 * 4 + 32 * 8) as u32;
 
 /// RMSNorms recorded in the product before them ([`Kernel::MatVecInt1NormOut`]) in this process.
+/// Whether the tagged RMSNorm `ops[at]` (after a residual add whose product wrote its row
+/// tagged) is done in the row's chunks ([`Kernel::NormQuantizeTagged`]) with its scale left to
+/// the fused QKV or gate/up product after it (their NORM_SCALE builds): the conditions of
+/// [`norm_epilogue`] but for the producer, which stays the plain tagged product. The single
+/// workgroup of [`Kernel::RmsNormIntTagged`] ends ~3 us after the product before it on an H200
+/// (session 48's timeline), the chunked quantization after gate/up 0.8 us.
+/// By default for products that read Q8_K records (the K-quants: 7B Q4_K decode +1.4% on an
+/// H100, session 49), not for the others (Q4_1 -0.6%). `STRATA_VULKAN_TAGGED_NORM_SCALE=1` turns
+/// it on for every format, `=0` off, `=qkv` or `=ffn` on only for the norm before QKV or before
+/// gate/up (read at each recording, so that a test can compare the paths). Not the staged
+/// norm's bits: the records hold `x * weight` rounded before the scale.
+fn tagged_norm_scale(ctx: &VulkanContext, graph: &ForwardGraph, weights: &[Option<GpuWeight>], ops: &[Op], at: usize, n: usize) -> bool {
+    let (before_qkv, before_ffn, q8_k_only) = match std::env::var("STRATA_VULKAN_TAGGED_NORM_SCALE").as_deref() {
+        Ok("0") => return false,
+        Ok("1") => (true, true, false),
+        Ok("qkv") => (true, false, false),
+        Ok("ffn") => (false, true, false),
+        _ => (true, true, true),
+    };
+    if n != 1 || ctx.exact || !ctx.info.subgroup_quads {
+        return false;
+    }
+    let Some(Op::RmsNorm { input, out, .. }) = ops.get(at) else { return false };
+    let Some(Op::MatMul { input: product_input, outputs }) = ops.get(at + 1) else { return false };
+    let width = graph.buffer(*input).width;
+    let Some(rounding) = one_int_rounding(weights, outputs) else { return false };
+    if product_input != out || (q8_k_only && rounding != ActRounding::Q8_K) || !width.is_multiple_of(32) || product_layout(ctx, usize::MAX, width, false) == ProductLayout::Lanes32 {
+        return false;
+    }
+    let fused = (before_qkv && fused_qkv_rope(ctx, graph, weights, ops, at + 1, n).is_some())
+        || (before_ffn && fused_swiglu(ctx, weights, ops, at + 1, n).is_some() && std::env::var("STRATA_VULKAN_FUSE_SWIGLU_PRODUCT").as_deref() != Ok("1"));
+    fused && !read_before_written(&ops[at + 2..], *out)
+}
+
+static TAGGED_NORM_SCALES_RECORDED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// RMSNorms recorded as [`Kernel::NormQuantizeTagged`] in this process
+/// (`STRATA_VULKAN_TAGGED_NORM_SCALE=1`): for tests that must know the path was taken.
+pub fn tagged_norm_scales_recorded() -> u64 {
+    TAGGED_NORM_SCALES_RECORDED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 static NORM_EPILOGUES_RECORDED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// How many RMSNorms this process has recorded in the residual-adding product before them

@@ -57,6 +57,12 @@ void UNITS_FN(uint wg) {
     uint n_items = PC(cols) / 32;
 #if defined(NORM_SCALE)
     vec2 norm_sums = norm_sums_load();
+#if defined(NORM_SCALE_EARLY)
+    // (An experiment, STRATA_SHADER_DEFINES=NORM_SCALE_EARLY at build time: the scale computed
+    // while the first weights are in flight, one register through the loop instead of two and
+    // no square root in the epilogue.)
+    float norm_scale = norm_scale_of(norm_sums);
+#endif
 #endif
     float acc[ROWS][NT];
     [[unroll]] for (uint r = 0; r < ROWS; r++) {
@@ -149,7 +155,7 @@ void UNITS_FN(uint wg) {
     }
 #undef UNIT_ROW
 #endif
-#if defined(NORM_SCALE)
+#if defined(NORM_SCALE) && !defined(NORM_SCALE_EARLY)
     float norm_scale = norm_scale_of(norm_sums);
 #endif
     [[unroll]] for (uint r = 0; r < ROWS; r++) {

@@ -66,8 +66,18 @@ layout(push_constant) uniform Push {
     uint64_t tagged;
     uint64_t tag_header;
     uint64_t give_ups;
+#if defined(NORM_W)
+    // The RMSNorm after a residual add, done as this quantization (NORM_W below): its weight,
+    // where eps and each chunk's sum of squares go, and eps.
+    uint64_t norm_w;
+    uint64_t norm_partials;
+    float eps;
+#endif
 #endif
 } pc;
+#if defined(NORM_W) && (!defined(TAGGED_IN) || defined(COMBINE))
+#error "the norm's chunks are the plain tagged build's"
+#endif
 #if defined(TAGGED_IN)
 #if !defined(INT_OUT) || defined(SWIGLU) || defined(CHAINED) || defined(F64)
 #error "the tagged quantizers are the fast INT_OUT builds, plain or merging"
@@ -93,6 +103,9 @@ layout(buffer_reference, std430, buffer_reference_align = 8) buffer U32x2s { uve
 #ifdef INT_OUT
 #define QL_BLOCKS (WG * 8 / 32)
 #include "quantize_lanes.glsl"
+#if defined(NORM_W)
+shared float norm_squares[WG];
+#endif
 #else
 shared float sa[256];
 shared float sv[256];
@@ -194,7 +207,36 @@ void main() {
     input_run(row, first, slot, v);
     // (COMBINE: slots past the chunk hold zeros and write nothing.)
     uint e0 = slot < INT_CHUNK / 8 ? first + 8 * slot : pc.cols;
+#if defined(NORM_W)
+    // The RMSNorm after the residual add that wrote the row, in the chunks' workgroups instead
+    // of one: 8-bit quantization is scale-invariant but for rounding, so each chunk quantizes its
+    // x * weight and leaves its sum of squares, and the product after it (NORM_SCALE) multiplies
+    // its outputs by 1 / sqrt(mean + eps). The arithmetic of matvec_q_units.glsl's
+    // NORM_EPILOGUE, so the same bits; no workgroup waits for the whole row. One row.
+    float squares = 0.0;
+    [[unroll]] for (uint k = 0; k < 8; k++) {
+        float x = v[k];
+        float g = e0 + k < pc.cols ? F32s(pc.norm_w).v[e0 + k] : 0.0;
+        squares += x * x;
+        v[k] = x * g;
+    }
+    ql_quantize(v, slot, e0, pc.cols, pc.out_, pc.meta_offset);
+    norm_squares[slot] = squares;
+    barrier();
+    if (gl_LocalInvocationID.x == 0) {
+        float total = 0.0;
+        for (uint k = 0; k < 32; k++) {
+            total += norm_squares[k];
+        }
+        F32s p = F32s(pc.norm_partials);
+        p.v[1 + first / INT_CHUNK] = total;
+        if (first == 0) {
+            p.v[0] = pc.eps;
+        }
+    }
+#else
     ql_quantize(v, slot, e0, pc.cols, pc.out_ + uint64_t(row) * pc.out_stride, pc.meta_offset);
+#endif
 #if defined(CHAINED)
     chain_signal();
 #endif
