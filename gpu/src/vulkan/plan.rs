@@ -2079,7 +2079,6 @@ fn norm_prologue_fits(ctx: &VulkanContext, graph: &ForwardGraph, weights: &[Opti
 const NORM_PROLOGUE_MAX_ROW: usize = 8192;
 const NORM_PROLOGUE_SHARED_BYTES: u32 = (NORM_PROLOGUE_MAX_ROW / 8 * 8 + NORM_PROLOGUE_MAX_ROW / 32 * 8 + 128 * 4 + 128 * 4 * 4 + 32 * 8) as u32;
 
-/// RMSNorms recorded in the product before them ([`Kernel::MatVecInt1NormOut`]) in this process.
 /// Whether the tagged RMSNorm `ops[at]` (after a residual add whose product wrote its row
 /// tagged) is done in the row's chunks ([`Kernel::NormQuantizeTagged`]) with its scale left to
 /// the fused QKV or gate/up product after it (their NORM_SCALE builds): the conditions of
@@ -2116,12 +2115,13 @@ fn tagged_norm_scale(ctx: &VulkanContext, graph: &ForwardGraph, weights: &[Optio
 
 static TAGGED_NORM_SCALES_RECORDED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-/// RMSNorms recorded as [`Kernel::NormQuantizeTagged`] in this process
-/// (`STRATA_VULKAN_TAGGED_NORM_SCALE=1`): for tests that must know the path was taken.
+/// RMSNorms recorded as [`Kernel::NormQuantizeTagged`] in this process ([`tagged_norm_scale`]):
+/// for tests that must know the path was taken.
 pub fn tagged_norm_scales_recorded() -> u64 {
     TAGGED_NORM_SCALES_RECORDED.load(std::sync::atomic::Ordering::Relaxed)
 }
 
+/// RMSNorms recorded in the product before them ([`Kernel::MatVecInt1NormOut`]) in this process.
 static NORM_EPILOGUES_RECORDED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// How many RMSNorms this process has recorded in the residual-adding product before them
