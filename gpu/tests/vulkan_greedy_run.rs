@@ -162,8 +162,8 @@ fn a_tagged_norm_that_gives_up_fails_the_pipelined_greedy_run() {
     a_wait_that_gives_up_fails_the_run("norm", &[], "STRATA_VULKAN_TAGGED_NORM=0", strata_gpu::vulkan::tagged_norms_recorded);
 }
 
-/// The same with the norm in the row's chunks (`STRATA_VULKAN_TAGGED_NORM_SCALE=1`, which the
-/// default model's Q8_0 records do not take by default): each chunk's workgroup gives up.
+/// The same with the norm in the row's chunks (`STRATA_VULKAN_TAGGED_NORM_SCALE=1`): each
+/// chunk's workgroup gives up.
 #[test]
 fn a_chunked_tagged_norm_that_gives_up_fails_the_pipelined_greedy_run() {
     a_wait_that_gives_up_fails_the_run("norm", &[("STRATA_VULKAN_TAGGED_NORM_SCALE", "1")], "STRATA_VULKAN_TAGGED_NORM=0", strata_gpu::vulkan::tagged_norm_scales_recorded);

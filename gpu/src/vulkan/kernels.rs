@@ -179,7 +179,7 @@ pub enum Kernel {
     /// before it writes tagged, in that row's chunks of 256 (one workgroup each, none waiting
     /// for the whole row): each quantizes its `x * weight` and leaves its sum of squares, as a
     /// [`Kernel::MatVecInt1NormOut`] does (quantize_act.comp NORM_W); the product after it is a
-    /// `...Scaled` kernel. The same bits as that form (`STRATA_VULKAN_TAGGED_NORM_SCALE`).
+    /// `...Scaled` kernel. The same bits as that form (`STRATA_VULKAN_TAGGED_NORM_SCALE=1`).
     NormQuantizeTagged(ActRounding),
     /// SwiGLU that also writes its output as 8-bit records (QuantizeActInt's output).
     SwiGluInt(ActRounding),

@@ -2085,18 +2085,18 @@ const NORM_PROLOGUE_SHARED_BYTES: u32 = (NORM_PROLOGUE_MAX_ROW / 8 * 8 + NORM_PR
 /// [`norm_epilogue`] but for the producer, which stays the plain tagged product. The single
 /// workgroup of [`Kernel::RmsNormIntTagged`] ends ~3 us after the product before it on an H200
 /// (session 48's timeline), the chunked quantization after gate/up 0.8 us.
-/// By default for products that read Q8_K records (the K-quants: 7B Q4_K decode +1.4% on an
-/// H100, session 49), not for the others (Q4_1 -0.6%). `STRATA_VULKAN_TAGGED_NORM_SCALE=1` turns
-/// it on for every format, `=0` off, `=qkv` or `=ffn` on only for the norm before QKV or before
-/// gate/up (read at each recording, so that a test can compare the paths). Not the staged
-/// norm's bits: the records hold `x * weight` rounded before the scale.
+/// `STRATA_VULKAN_TAGGED_NORM_SCALE=1` turns it on, `=qkv` or `=ffn` only for the norm before
+/// QKV or before gate/up (read at each recording, so that a test can compare the paths). Opt-in
+/// although 7B Q4_K decode gains 1.4% on an H100 (session 49; Q4_1 -0.6%): not the staged norm's
+/// bits (the records hold `x * weight` rounded before the scale), so a token decoded alone would
+/// no longer get the bits it gets in a batched step, which keeps the staged norm
+/// (`vulkan_k_quant_decode_steps_do_not_depend_on_the_batch`).
 fn tagged_norm_scale(ctx: &VulkanContext, graph: &ForwardGraph, weights: &[Option<GpuWeight>], ops: &[Op], at: usize, n: usize) -> bool {
-    let (before_qkv, before_ffn, q8_k_only) = match std::env::var("STRATA_VULKAN_TAGGED_NORM_SCALE").as_deref() {
-        Ok("0") => return false,
-        Ok("1") => (true, true, false),
-        Ok("qkv") => (true, false, false),
-        Ok("ffn") => (false, true, false),
-        _ => (true, true, true),
+    let (before_qkv, before_ffn) = match std::env::var("STRATA_VULKAN_TAGGED_NORM_SCALE").as_deref() {
+        Ok("1") => (true, true),
+        Ok("qkv") => (true, false),
+        Ok("ffn") => (false, true),
+        _ => return false,
     };
     if n != 1 || ctx.exact || !ctx.info.subgroup_quads {
         return false;
@@ -2104,8 +2104,7 @@ fn tagged_norm_scale(ctx: &VulkanContext, graph: &ForwardGraph, weights: &[Optio
     let Some(Op::RmsNorm { input, out, .. }) = ops.get(at) else { return false };
     let Some(Op::MatMul { input: product_input, outputs }) = ops.get(at + 1) else { return false };
     let width = graph.buffer(*input).width;
-    let Some(rounding) = one_int_rounding(weights, outputs) else { return false };
-    if product_input != out || (q8_k_only && rounding != ActRounding::Q8_K) || !width.is_multiple_of(32) || product_layout(ctx, usize::MAX, width, false) == ProductLayout::Lanes32 {
+    if product_input != out || one_int_rounding(weights, outputs).is_none() || !width.is_multiple_of(32) || product_layout(ctx, usize::MAX, width, false) == ProductLayout::Lanes32 {
         return false;
     }
     let fused = (before_qkv && fused_qkv_rope(ctx, graph, weights, ops, at + 1, n).is_some())
