@@ -502,24 +502,29 @@ fn vulkan_tagged_norm_in_chunks_computes_the_norm_epilogues_bits() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Decode steps are batch invariant on the K-quant models too: a token's logits are the same bits
+/// Decode steps are batch invariant, on the K-quant models too: a token's logits are the same bits
 /// whether its step holds it alone (the one-token path: fused QKV and gate/up, tagged small
 /// stages) or with three more (the four-token products and staged stages), 48 positions of
-/// Qwen2's graph with Q8_K records. (`STRATA_VULKAN_TAGGED_NORM_SCALE=1` breaks this, 45,823 of
+/// Qwen2's graph with Q8_K records and of the default model (Q8_0-style records). (`STRATA_VULKAN_TAGGED_NORM_SCALE=1` breaks this, 45,823 of
 /// 49,152 logits: its records are rounded before the norm's scale, the batched steps' after; so
 /// it stays opt-in.)
 #[test]
-fn vulkan_k_quant_decode_steps_do_not_depend_on_the_batch() {
+fn vulkan_decode_steps_do_not_depend_on_the_batch() {
     let Some(i) = vulkan_index() else { return };
     let dir = std::env::temp_dir().join(format!("strata-vulkan-k-batch-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
-    let model = synthetic_model(&dir, "tiny-qwen2-wide", strata_quant::GgmlType::Q4_K, 5);
-    let vocab = model.hparams.vocab_size;
-    let tokens: Vec<u32> = (0..48u32).map(|i| (i * 7919 + 13) % vocab as u32).collect();
-    let alone = engine_with_ubatch(&model, DeviceKind::Vulkan(i), DeviceKind::Vulkan(i), 1).teacher_forced_logits(&tokens).expect("one token a step");
-    let four = engine_with_ubatch(&model, DeviceKind::Vulkan(i), DeviceKind::Vulkan(i), 4).teacher_forced_logits(&tokens).expect("four tokens a step");
-    let differ = four.iter().zip(&alone).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
-    assert_eq!(differ, 0, "{differ} of {} logits differ between one and four tokens a step", alone.len());
+    let models = [
+        ("tiny-qwen2-wide", synthetic_model(&dir, "tiny-qwen2-wide", strata_quant::GgmlType::Q4_K, 5)),
+        ("default", Arc::new(LoadedModel::load(&common::default_model()).expect("the default model loads"))),
+    ];
+    for (name, model) in models {
+        let vocab = model.hparams.vocab_size;
+        let tokens: Vec<u32> = (0..48u32).map(|i| (i * 7919 + 13) % vocab as u32).collect();
+        let alone = engine_with_ubatch(&model, DeviceKind::Vulkan(i), DeviceKind::Vulkan(i), 1).teacher_forced_logits(&tokens).expect("one token a step");
+        let four = engine_with_ubatch(&model, DeviceKind::Vulkan(i), DeviceKind::Vulkan(i), 4).teacher_forced_logits(&tokens).expect("four tokens a step");
+        let differ = four.iter().zip(&alone).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+        assert_eq!(differ, 0, "{name}: {differ} of {} logits differ between one and four tokens a step", alone.len());
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -2090,7 +2090,7 @@ const NORM_PROLOGUE_SHARED_BYTES: u32 = (NORM_PROLOGUE_MAX_ROW / 8 * 8 + NORM_PR
 /// although 7B Q4_K decode gains 1.4% on an H100 (session 49; Q4_1 -0.6%): not the staged norm's
 /// bits (the records hold `x * weight` rounded before the scale), so a token decoded alone would
 /// no longer get the bits it gets in a batched step, which keeps the staged norm
-/// (`vulkan_k_quant_decode_steps_do_not_depend_on_the_batch`).
+/// (`vulkan_decode_steps_do_not_depend_on_the_batch`).
 fn tagged_norm_scale(ctx: &VulkanContext, graph: &ForwardGraph, weights: &[Option<GpuWeight>], ops: &[Op], at: usize, n: usize) -> bool {
     let (before_qkv, before_ffn) = match std::env::var("STRATA_VULKAN_TAGGED_NORM_SCALE").as_deref() {
         Ok("1") => (true, true),
