@@ -66,6 +66,8 @@ fn main() {
                 compile_with(&glslc, "quantize_act", &format!("quantize_act_int_{act}_tagged"), &[define, "INT_OUT", "TAGGED_IN"], &out);
                 // The RMSNorm after a tagged residual add as that quantization's chunks (NORM_W).
                 compile_with(&glslc, "quantize_act", &format!("quantize_act_int_{act}_tagged_norm"), &[define, "INT_OUT", "TAGGED_IN", "NORM_W"], &out);
+                // The same of rows written before it (the batched steps').
+                compile_with(&glslc, "quantize_act", &format!("quantize_act_int_{act}_norm"), &[define, "INT_OUT", "NORM_W"], &out);
                 compile_with(&glslc, "quantize_act", &format!("combine_quantize_int_{act}_tagged"), &[define, "INT_OUT", "COMBINE", "TAGGED_IN"], &out);
             }
             // Chained builds (shaders/chain.glsl) of the one-token step's staged kernels.
@@ -141,6 +143,9 @@ fn main() {
                 compile_with(&glslc, "matvec_q", &format!("matvec_qkv_scaled_{ty}{suffix}"), &[&t, "NT=1", "ROWS=2", "QKV_ROPE", "NORM_SCALE", &g], &out);
                 compile_with(&glslc, "matvec_q", &format!("matvec_swiglu_scaled_{ty}_f32{suffix}"), &[&t, "NT=1", "ROWS=2", "SWIGLU_PAIR", "ACT_Q8_0", "NO_TICKET", "NORM_SCALE", &g], &out);
                 compile_with(&glslc, "matvec_q", &format!("matvec_swiglu_scaled_{ty}_f32_p2{suffix}"), &[&t, "NT=1", "ROWS=4", "PAIRS=2", "SWIGLU_PAIR", "ACT_Q8_0", "NO_TICKET", "NORM_SCALE", &g], &out);
+                // The batched product scaled alike (a token's outputs then have the bits it gets
+                // alone from the two above).
+                compile_with(&glslc, "matvec_q", &format!("matvec_q4_scaled_{ty}{suffix}"), &[&t, "NT=4", "ROWS=2", "NORM_SCALE", &g], &out);
                 // Scaled and writing the SwiGLU row tagged (after the chunked norm, before the
                 // tagged quantization).
                 compile_with(&glslc, "matvec_q", &format!("matvec_swiglu_scaled_tagout_{ty}_f32{suffix}"), &[&t, "NT=1", "ROWS=2", "SWIGLU_PAIR", "ACT_Q8_0", "NO_TICKET", "NORM_SCALE", "TAGGED_OUT", tag_at_store, &g], &out);

@@ -230,6 +230,8 @@ fn vulkan_exact_mode_is_bit_for_bit_on_128_bit_llvmpipe() {
 #[test]
 fn vulkan_fused_decode_stages_compute_the_unfused_bits() {
     let Some(i) = vulkan_index() else { return };
+    // (The chunked norms need the fused products after them.)
+    staged_norms();
     let dir = std::env::temp_dir().join(format!("strata-vulkan-fused-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let models = [
@@ -379,6 +381,13 @@ fn vulkan_step_entries_wanting_a_token_or_the_top_k_get_those_of_their_logits() 
     }
 }
 
+/// The RMSNorms as stages of their own for the rest of the test (not in their rows' chunks, the
+/// K-quants' default, whose scale the products after them apply): the staged path the switches
+/// are compared with. (Each test is a process of its own: nextest.)
+fn staged_norms() {
+    std::env::set_var("STRATA_VULKAN_TAGGED_NORM_SCALE", "0");
+}
+
 /// A process-wide count of a switched path's recordings, and how much one model's run of so many
 /// layers must add to it at least.
 type RecordedAtLeast = (fn() -> u64, fn(u64) -> u64);
@@ -391,6 +400,7 @@ type RecordedAtLeast = (fn() -> u64, fn(u64) -> u64);
 /// switched path's recordings, and how much a model's run must add to it.
 fn assert_switch_stays_as_close_to_the_cpu(what: &str, knob: &str, models: Vec<(&str, Arc<LoadedModel>)>, must_differ: fn(&str) -> bool, recorded: Option<RecordedAtLeast>) {
     let Some(i) = vulkan_index() else { return };
+    staged_norms();
     for (name, model) in models {
         let vocab = model.hparams.vocab_size;
         let tokens: Vec<u32> = (0..48u32).map(|i| (i * 7919 + 13) % vocab as u32).collect();
@@ -456,17 +466,17 @@ fn vulkan_norm_after_the_residual_add_agrees_with_the_norm_stage() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The tagged RMSNorm after each residual add done in the row's chunks of 256
-/// (`STRATA_VULKAN_TAGGED_NORM_SCALE=1`: each chunk's workgroup waits for its part of the tagged
-/// row only, quantizes its `x * weight` and leaves its sum of squares; the product after it
-/// scales by the norm) computes the bits of the form that does the same in the residual-adding
-/// product's last workgroups (`STRATA_VULKAN_NORM_EPILOGUE=1`, whose own test holds it as close to
-/// the CPU as the norm stage): same arithmetic, another place. On the default model (Q8_0-style
-/// records, rows of 576: a last chunk of 64), Qwen2's with rows of 1,280 (Q8_K records) and with
-/// FFN rows of 4,608; 48 positions, one token a step. Every layer's norms but the first must
-/// have been taken. Unset, the switch is off.
+/// The RMSNorms done in their rows' chunks of 256 (`STRATA_VULKAN_TAGGED_NORM_SCALE=1`: after a
+/// residual add each chunk's workgroup waits for its part of the tagged row only; each quantizes
+/// its `x * weight` and leaves its sum of squares; the products after it scale by the norm)
+/// compute the bits of the form that does the same in the residual-adding product's last
+/// workgroups (`STRATA_VULKAN_NORM_EPILOGUE=1`, whose own test holds it as close to the CPU as
+/// the norm stage): same arithmetic, another place. On the default model (Q8_0-style records,
+/// rows of 576: a last chunk of 64), Qwen2's with rows of 1,280 (Q8_K records) and with FFN rows
+/// of 4,608; 48 positions, one token a step. Every layer's two norms must have been taken.
+/// Unset, it is the default for the K-quants' records (the Qwen2 models) and off for the others.
 #[test]
-fn vulkan_tagged_norm_in_chunks_computes_the_norm_epilogues_bits() {
+fn vulkan_norm_in_chunks_computes_the_norm_epilogues_bits() {
     let Some(i) = vulkan_index() else { return };
     let dir = std::env::temp_dir().join(format!("strata-vulkan-tagged-norm-scale-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
@@ -479,6 +489,8 @@ fn vulkan_tagged_norm_in_chunks_computes_the_norm_epilogues_bits() {
         let vocab = model.hparams.vocab_size;
         let tokens: Vec<u32> = (0..48u32).map(|i| (i * 7919 + 13) % vocab as u32).collect();
         let staged = vulkan_logits_with(&model, i, "STRATA_VULKAN_TAGGED_NORM_SCALE", "0", &tokens);
+        // (The first layer's first norm, which no product adds before, in chunks too.)
+        std::env::set_var("STRATA_VULKAN_TAGGED_NORM_SCALE", "1");
         let epilogue = vulkan_logits_with(&model, i, "STRATA_VULKAN_NORM_EPILOGUE", "1", &tokens);
         std::env::set_var("STRATA_VULKAN_NORM_EPILOGUE", "0");
         let before = strata_gpu::vulkan::tagged_norm_scales_recorded();
@@ -487,27 +499,32 @@ fn vulkan_tagged_norm_in_chunks_computes_the_norm_epilogues_bits() {
         std::env::remove_var("STRATA_VULKAN_NORM_EPILOGUE");
         let layers = model.hparams.n_layers as u64;
         let taken = strata_gpu::vulkan::tagged_norm_scales_recorded() - before;
-        assert!(taken >= 2 * layers - 1, "{name}: the chunked norm recorded {taken} times for {layers} layers");
+        assert!(taken >= 2 * layers, "{name}: the chunked norm recorded {taken} times for {layers} layers");
         let differ = chunks.iter().zip(&epilogue).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
         let from_staged = chunks.iter().zip(&staged).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
         eprintln!("{name}: {differ} logits differ from the norm epilogue's, {from_staged} from the norm stage's ({taken} recorded)");
         assert_eq!(differ, 0, "{name}: the chunked norm changes {differ} logits of the norm epilogue's");
-        // Unset, no model takes it: the staged path's bits.
+        assert!(from_staged > 0, "{name}: the chunked norm computed the staged norm's bits: not taken?");
+        // Unset: the chunked norm's bits for the K-quants, the staged norm's for the others.
         let before = strata_gpu::vulkan::tagged_norm_scales_recorded();
         let default = vulkan_logits_with(&model, i, "STRATA_VULKAN_TAGGED_NORM_SCALE", "", &tokens);
+        std::env::remove_var("STRATA_VULKAN_TAGGED_NORM_SCALE");
         let taken = strata_gpu::vulkan::tagged_norm_scales_recorded() - before;
-        let differ = default.iter().zip(&staged).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
-        assert_eq!((taken, differ), (0, 0), "{name}: by default the chunked norm recorded {taken} times, {differ} logits differ from the staged path's");
+        let (expected, expected_taken) = if name == "default" { (&staged, false) } else { (&chunks, true) };
+        let differ = default.iter().zip(expected).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+        assert_eq!((taken > 0, differ), (expected_taken, 0), "{name}: by default the chunked norm recorded {taken} times, {differ} logits differ from the expected path's");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Decode steps are batch invariant, on the K-quant models too: a token's logits are the same bits
-/// whether its step holds it alone (the one-token path: fused QKV and gate/up, tagged small
-/// stages) or with three more (the four-token products and staged stages), 48 positions of
-/// Qwen2's graph with Q8_K records and of the default model (Q8_0-style records). (`STRATA_VULKAN_TAGGED_NORM_SCALE=1` breaks this, 45,823 of
-/// 49,152 logits: its records are rounded before the norm's scale, the batched steps' after; so
-/// it stays opt-in.)
+/// Decode steps are batch invariant: a token's logits are the same bits whether its step holds it
+/// alone (the one-token path: fused QKV and gate/up, tagged small stages) or with three more (the
+/// four-token products and staged stages), 48 positions of Qwen2's graph with Q8_K records and
+/// of the default model (Q8_0-style records), with the RMSNorms in chunks (the batched steps'
+/// products then scale their outputs as the fused one-token ones do) or staged: by default
+/// (chunks for the K-quants), with `STRATA_VULKAN_TAGGED_NORM_SCALE=1` (chunks for every model)
+/// and `=0` (staged for every model). Both step sizes must have taken the chunked norm exactly
+/// where it is asked for.
 #[test]
 fn vulkan_decode_steps_do_not_depend_on_the_batch() {
     let Some(i) = vulkan_index() else { return };
@@ -520,10 +537,19 @@ fn vulkan_decode_steps_do_not_depend_on_the_batch() {
     for (name, model) in models {
         let vocab = model.hparams.vocab_size;
         let tokens: Vec<u32> = (0..48u32).map(|i| (i * 7919 + 13) % vocab as u32).collect();
-        let alone = engine_with_ubatch(&model, DeviceKind::Vulkan(i), DeviceKind::Vulkan(i), 1).teacher_forced_logits(&tokens).expect("one token a step");
-        let four = engine_with_ubatch(&model, DeviceKind::Vulkan(i), DeviceKind::Vulkan(i), 4).teacher_forced_logits(&tokens).expect("four tokens a step");
-        let differ = four.iter().zip(&alone).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
-        assert_eq!(differ, 0, "{name}: {differ} of {} logits differ between one and four tokens a step", alone.len());
+        for knob in ["", "1", "0"] {
+            std::env::set_var("STRATA_VULKAN_TAGGED_NORM_SCALE", knob);
+            let chunked = knob == "1" || (knob.is_empty() && name != "default");
+            let before = strata_gpu::vulkan::tagged_norm_scales_recorded();
+            let alone = engine_with_ubatch(&model, DeviceKind::Vulkan(i), DeviceKind::Vulkan(i), 1).teacher_forced_logits(&tokens).expect("one token a step");
+            let between = strata_gpu::vulkan::tagged_norm_scales_recorded();
+            let four = engine_with_ubatch(&model, DeviceKind::Vulkan(i), DeviceKind::Vulkan(i), 4).teacher_forced_logits(&tokens).expect("four tokens a step");
+            let (taken_alone, taken_four) = (between - before, strata_gpu::vulkan::tagged_norm_scales_recorded() - between);
+            assert_eq!((taken_alone > 0, taken_four > 0), (chunked, chunked), "{name}, knob {knob:?}: the chunked norm recorded {taken_alone} times one token a step, {taken_four} four");
+            let differ = four.iter().zip(&alone).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+            assert_eq!(differ, 0, "{name}, knob {knob:?}: {differ} of {} logits differ between one and four tokens a step", alone.len());
+        }
+        std::env::remove_var("STRATA_VULKAN_TAGGED_NORM_SCALE");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -554,6 +580,7 @@ fn assert_switch_keeps_the_staged_bits(what: &str, knob: &str, on: &str, on_too:
 /// [`assert_switch_keeps_the_staged_bits`] on the models of those `names` only.
 fn assert_switch_keeps_the_staged_bits_of(names: &[&str], what: &str, knob: &str, on: &str, on_too: &[(&str, &str)], recorded: fn() -> u64, at_least: fn(u64) -> u64) {
     let Some(i) = vulkan_index() else { return };
+    staged_norms();
     let dir = std::env::temp_dir().join(format!("strata-vulkan-{}-{}", knob.to_lowercase(), std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let load = |name: &str| match name {

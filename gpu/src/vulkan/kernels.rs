@@ -95,6 +95,11 @@ pub enum Kernel {
     MatVecIntRopeScaled(WeightFormat, ProductLayout),
     /// MatVecIntSwiGluF32 likewise.
     MatVecIntSwiGluF32Scaled(WeightFormat, ProductLayout, u8),
+    /// [`Kernel::MatVecInt`] (a batched step's product) whose input records hold `x * weight`
+    /// of an RMSNorm done by a [`Kernel::NormQuantize`]: it multiplies each token's outputs by
+    /// that token's scale where the fused one-token products do, so a token gets the bits it
+    /// gets alone.
+    MatVecIntScaled(WeightFormat, ProductLayout),
     /// [`Kernel::MatVecIntSwiGluF32Scaled`] that also writes the SwiGLU row tagged with the
     /// step, as [`Kernel::MatVecIntSwiGluF32TaggedOut`] does: after a
     /// [`Kernel::NormQuantizeTagged`], before the tagged quantization.
@@ -181,6 +186,9 @@ pub enum Kernel {
     /// [`Kernel::MatVecInt1NormOut`] does (quantize_act.comp NORM_W); the product after it is a
     /// `...Scaled` kernel. The same bits as that form (`STRATA_VULKAN_TAGGED_NORM_SCALE=1`).
     NormQuantizeTagged(ActRounding),
+    /// [`Kernel::NormQuantizeTagged`] of rows written before it (a batched step's): each row's
+    /// chunks and partials; the products after it are [`Kernel::MatVecIntScaled`].
+    NormQuantize(ActRounding),
     /// SwiGLU that also writes its output as 8-bit records (QuantizeActInt's output).
     SwiGluInt(ActRounding),
     /// The merge of attention's split results that also writes them as 8-bit records.
@@ -530,6 +538,15 @@ impl Kernel {
         }
     }
 
+    /// The build of this batched product that multiplies each token's outputs by the scale of
+    /// the chunked RMSNorm before it ([`Kernel::MatVecIntScaled`]), where there is one.
+    pub fn with_norm_scale(self) -> Option<Kernel> {
+        match self {
+            Kernel::MatVecInt(f, l @ (ProductLayout::Lanes128 | ProductLayout::Lanes64)) if f.has_int_kernel() => Some(Kernel::MatVecIntScaled(f, l)),
+            _ => None,
+        }
+    }
+
     /// The build of this one-token product that also writes its outputs tagged with the step
     /// ([`Kernel::MatVecInt1TaggedOut`]), where there is one.
     pub fn with_tagged_out(self) -> Option<Kernel> {
@@ -588,7 +605,9 @@ impl Kernel {
             Kernel::MatVecIntSwiGluF32Scaled(f, ProductLayout::Lanes64, 2) => per_int_format!(f, "matvec_swiglu_scaled", "_f32_p2_g2"),
             Kernel::MatVecIntSwiGluF32Scaled(f, ProductLayout::Lanes128, _) => per_int_format!(f, "matvec_swiglu_scaled", "_f32"),
             Kernel::MatVecIntSwiGluF32Scaled(f, ProductLayout::Lanes64, _) => per_int_format!(f, "matvec_swiglu_scaled", "_f32_g2"),
-            Kernel::MatVecIntRopeScaled(_, ProductLayout::Lanes32) | Kernel::MatVecIntSwiGluF32Scaled(_, ProductLayout::Lanes32, _) => &[],
+            Kernel::MatVecIntScaled(f, ProductLayout::Lanes128) => per_int_format!(f, "matvec_q4_scaled"),
+            Kernel::MatVecIntScaled(f, ProductLayout::Lanes64) => per_int_format!(f, "matvec_q4_scaled", "_g2"),
+            Kernel::MatVecIntRopeScaled(_, ProductLayout::Lanes32) | Kernel::MatVecIntSwiGluF32Scaled(_, ProductLayout::Lanes32, _) | Kernel::MatVecIntScaled(_, ProductLayout::Lanes32) => &[],
             Kernel::MatVecIntSwiGluF32ScaledTaggedOut(f, ProductLayout::Lanes128, 2) => per_int_format!(f, "matvec_swiglu_scaled_tagout", "_f32_p2"),
             Kernel::MatVecIntSwiGluF32ScaledTaggedOut(f, ProductLayout::Lanes64, 2) => per_int_format!(f, "matvec_swiglu_scaled_tagout", "_f32_p2_g2"),
             Kernel::MatVecIntSwiGluF32ScaledTaggedOut(f, ProductLayout::Lanes128, _) => per_int_format!(f, "matvec_swiglu_scaled_tagout", "_f32"),
@@ -648,6 +667,8 @@ impl Kernel {
             Kernel::QuantizeActIntTagged(ActRounding::Q8_K) => spv!("quantize_act_int_q8_k_tagged"),
             Kernel::NormQuantizeTagged(ActRounding::Q8_0) => spv!("quantize_act_int_q8_0_tagged_norm"),
             Kernel::NormQuantizeTagged(ActRounding::Q8_K) => spv!("quantize_act_int_q8_k_tagged_norm"),
+            Kernel::NormQuantize(ActRounding::Q8_0) => spv!("quantize_act_int_q8_0_norm"),
+            Kernel::NormQuantize(ActRounding::Q8_K) => spv!("quantize_act_int_q8_k_norm"),
             Kernel::SwiGluInt(ActRounding::Q8_0) => rounding!("swiglu_quantize_int_q8_0", v),
             Kernel::SwiGluInt(ActRounding::Q8_K) => rounding!("swiglu_quantize_int_q8_k", v),
             Kernel::AttentionCombineInt(ActRounding::Q8_0) => rounding!("combine_quantize_int_q8_0", v),

@@ -1294,13 +1294,14 @@ impl VulkanPlan {
                                     None => chain.record_slot(&mut record_slots).unwrap_or(rounded[r as usize].address),
                                 };
                                 let push = Push::new().addr(addr_of(*input)).addr(w).addr(addr_of(*out)).addr(records).u32(width).u32(1).u32(width).u32(out_width).f32(hp.rms_eps).u32(record_bytes as u32).u32(meta_offset as u32);
+                                // In the rows' chunks, the scale left to the products after it.
+                                let chunked = chunked_norm(ctx, graph, weights, ops, op_index, n);
                                 match tagged_in {
                                     Some((row, _)) => {
                                         // (`STRATA_VULKAN_WAIT_FAULT=norm`, for tests: the step's first
                                         // tagged norm reads the slot no stage writes, and gives up.)
                                         let row = if std::mem::take(&mut norm_fault_pending) { fault_slot } else { row };
-                                        if tagged_norm_scale(ctx, graph, weights, ops, op_index, n) {
-                                            // In the row's chunks, the scale left to the product.
+                                        if chunked {
                                             let push = Push::new().addr(addr_of(*input)).addr(records).u32(width).u32(width).u32(1).u32(record_bytes as u32).u32(meta_offset as u32);
                                             rec.dispatch(Kernel::NormQuantizeTagged(r), &push.tail_addrs(&[row, p_header, grid_sync + 8, w, norm_partials]).f32(hp.rms_eps), int_quantize_groups(1, width as usize))?;
                                             norm_scaled = Some(norm_partials);
@@ -1311,6 +1312,12 @@ impl VulkanPlan {
                                         // (Its give-ups are counted where the grid barriers' are.)
                                         grid_barriers = true;
                                         TAGGED_NORMS_RECORDED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                    }
+                                    None if chunked => {
+                                        let push = Push::new().addr(addr_of(*input)).addr(records).u32(width).u32(width).u32(rows as u32).u32(record_bytes as u32).u32(meta_offset as u32);
+                                        rec.dispatch(Kernel::NormQuantize(r), &push.tail_addrs(&[w, norm_partials]).f32(hp.rms_eps), int_quantize_groups(rows, width as usize))?;
+                                        norm_scaled = Some(norm_partials);
+                                        TAGGED_NORM_SCALES_RECORDED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                                     }
                                     None => chain.dispatch(&mut rec, Kernel::RmsNormInt(r), push, [rows as u32, 1, 1])?,
                                 }
@@ -1535,6 +1542,8 @@ impl VulkanPlan {
                             fused[0] += 1;
                             tagged_attention_input = tagged_out;
                         } else {
+                        // A batched step's products after a chunked norm scale their outputs.
+                        let scaled = norm_scaled.take();
                         for p in outputs {
                             let w = weights[p.weight.0 as usize].ok_or_else(|| unsupported(ctx, "weight not uploaded".into()))?;
                             let bias = p.bias.and_then(|b| weights[b.0 as usize]).map_or(0, |b| b.address);
@@ -1549,15 +1558,20 @@ impl VulkanPlan {
                                 };
                                 skip_ops = accumulate as usize;
                                 let (kernel, groups) = int_product_dispatch(ctx, w.layout.format, w.rows, w.cols, rows_in, outputs.len() == 1);
+                                let kernel = match scaled {
+                                    Some(_) => kernel.with_norm_scale().ok_or_else(|| unsupported(ctx, format!("no scaled build of {kernel:?} after a chunked norm")))?,
+                                    None => kernel,
+                                };
                                 // The RMSNorm after the add in this product's last workgroups.
                                 let norm_out = (accumulate == 1)
                                     .then(|| norm_epilogue(ctx, graph, weights, ops, op_index + 2, n, out, w.layout.format, chain.enabled))
                                     .flatten()
                                     .and_then(|norm| Some((norm, kernel.with_norm_out()?)));
                                 let push = Push::new().addr(w.address).addr(w.aux()).addr(x).addr(addr_of(out)).addr(bias);
-                                let push = match norm_out {
-                                    Some(((norm_w, _), _)) => push.addr(norm_w).addr(rounded_alt.address).addr(counters.address).addr(norm_partials),
-                                    None => push,
+                                let push = match (norm_out, scaled) {
+                                    (Some(((norm_w, _), _)), _) => push.addr(norm_w).addr(rounded_alt.address).addr(counters.address).addr(norm_partials),
+                                    (None, Some(partials)) => push.addr(partials),
+                                    (None, None) => push,
                                 };
                                 let push = push
                                     .u32(w.rows as u32)
@@ -1920,8 +1934,8 @@ fn record_prefetch(rec: &mut Recorder<'_>, weights: &[Option<GpuWeight>], ops: &
 }
 
 /// Bytes of the fused epilogues' counters: one u32 per chunk of 256 outputs of the widest
-/// activation row, for each token of a decode-sized step; then the norm epilogue's partials
-/// (eps and a sum of squares per chunk of a row); then the tokens of a greedy step's argmax
+/// activation row, for each token of a decode-sized step; then the chunked norms' partials
+/// (eps and a sum of squares per chunk of a row, for each token of such a step); then the tokens of a greedy step's argmax
 /// (one per output row, up to [`INT_MAX_TOKENS`]); then a sampling step's top-k candidates
 /// ([`TOP_K_MAX`] pairs of token and logit per output row).
 fn counter_bytes(graph: &ForwardGraph) -> u64 {
@@ -1951,7 +1965,7 @@ fn fed_token_readback(max_outputs: usize, vocab_size: usize) -> u64 {
 
 /// Where [`counter_bytes`]'s argmax tokens start.
 fn argmax_offset(graph: &ForwardGraph) -> u64 {
-    norm_partials_offset(graph) + (widest_chunks(graph) + 1) * 4
+    norm_partials_offset(graph) + INT_MAX_TOKENS as u64 * (widest_chunks(graph) + 1) * 4
 }
 
 /// Whether the RMSNorm `ops[at]`, right after a one-token product of `producer` weights that
@@ -1966,26 +1980,19 @@ fn argmax_offset(graph: &ForwardGraph) -> u64 {
 /// recording, so that a test can compare both paths). Returns the norm's weight and eps.
 #[allow(clippy::too_many_arguments)]
 fn norm_epilogue(ctx: &VulkanContext, graph: &ForwardGraph, weights: &[Option<GpuWeight>], ops: &[Op], at: usize, n: usize, residual: BufId, producer: WeightFormat, chained: bool) -> Option<(u64, f32)> {
-    if std::env::var("STRATA_VULKAN_NORM_EPILOGUE").as_deref() != Ok("1") || n != 1 || ctx.exact || chained || !ctx.info.subgroup_quads {
+    if std::env::var("STRATA_VULKAN_NORM_EPILOGUE").as_deref() != Ok("1") || n != 1 || chained {
         return None;
     }
-    if std::env::var("STRATA_VULKAN_FUSE_SWIGLU_PRODUCT").as_deref() == Ok("1") {
+    let rounding = scaled_norm_consumer(ctx, graph, weights, ops, at, true, true)?;
+    let Some(Op::RmsNorm { input, weight, .. }) = ops.get(at) else { return None };
+    if *input != residual || Some(rounding) != ActRounding::for_format(producer) {
         return None;
     }
-    let Some(Op::RmsNorm { input, weight, out }) = ops.get(at) else { return None };
-    let Some(Op::MatMul { input: product_input, outputs }) = ops.get(at + 1) else { return None };
-    let width = graph.buffer(*input).width;
-    let rounding = one_int_rounding(weights, outputs)?;
-    let block = if rounding == ActRounding::Q8_K { 256 } else { 32 };
-    if *input != residual || product_input != out || Some(rounding) != ActRounding::for_format(producer) || !width.is_multiple_of(block) || product_layout(ctx, usize::MAX, width, false) == ProductLayout::Lanes32 {
+    if persistent_ffn(ctx, graph, weights, ops, at, n).is_some() || norm_prologue_fits(ctx, graph, weights, ops, at, n) {
         return None;
     }
-    if persistent_ffn(ctx, graph, weights, ops, at, n).is_some() || norm_prologue_fits(ctx, graph, weights, ops, at, n) || read_before_written(&ops[at + 2..], *out) {
-        return None;
-    }
-    let fused = fused_qkv_rope(ctx, graph, weights, ops, at + 1, n).is_some() || fused_swiglu(ctx, weights, ops, at + 1, n).is_some();
     let w = weights[weight.0 as usize]?;
-    fused.then_some((w.address, graph.hparams.rms_eps))
+    Some((w.address, graph.hparams.rms_eps))
 }
 
 /// Whether `ops[at]` (a [`Op::MatMul`]) is a layer's gate and up projections for one token,
@@ -2079,42 +2086,61 @@ fn norm_prologue_fits(ctx: &VulkanContext, graph: &ForwardGraph, weights: &[Opti
 const NORM_PROLOGUE_MAX_ROW: usize = 8192;
 const NORM_PROLOGUE_SHARED_BYTES: u32 = (NORM_PROLOGUE_MAX_ROW / 8 * 8 + NORM_PROLOGUE_MAX_ROW / 32 * 8 + 128 * 4 + 128 * 4 * 4 + 32 * 8) as u32;
 
-/// Whether the tagged RMSNorm `ops[at]` (after a residual add whose product wrote its row
-/// tagged) is done in the row's chunks ([`Kernel::NormQuantizeTagged`]) with its scale left to
-/// the fused QKV or gate/up product after it (their NORM_SCALE builds): the conditions of
-/// [`norm_epilogue`] but for the producer, which stays the plain tagged product. The single
-/// workgroup of [`Kernel::RmsNormIntTagged`] ends ~3 us after the product before it on an H200
-/// (session 48's timeline), the chunked quantization after gate/up 0.8 us.
-/// `STRATA_VULKAN_TAGGED_NORM_SCALE=1` turns it on, `=qkv` or `=ffn` only for the norm before
-/// QKV or before gate/up (read at each recording, so that a test can compare the paths). Opt-in
-/// although 7B Q4_K decode gains 1.4% on an H100 (session 49; Q4_1 -0.6%): not the staged norm's
-/// bits (the records hold `x * weight` rounded before the scale), so a token decoded alone would
-/// no longer get the bits it gets in a batched step, which keeps the staged norm
-/// (`vulkan_decode_steps_do_not_depend_on_the_batch`).
-fn tagged_norm_scale(ctx: &VulkanContext, graph: &ForwardGraph, weights: &[Option<GpuWeight>], ops: &[Op], at: usize, n: usize) -> bool {
-    let (before_qkv, before_ffn) = match std::env::var("STRATA_VULKAN_TAGGED_NORM_SCALE").as_deref() {
-        Ok("1") => (true, true),
-        Ok("qkv") => (true, false),
-        Ok("ffn") => (false, true),
-        _ => return false,
+/// Whether the RMSNorm `ops[at]` is done in its rows' chunks of 256 with its scale left to the
+/// products after it ([`Kernel::NormQuantizeTagged`] after a tagged residual add,
+/// [`Kernel::NormQuantize`] otherwise; then the fused QKV or gate/up product's `...Scaled` build
+/// for one token, [`Kernel::MatVecIntScaled`] for a batched step). Each chunk quantizes its
+/// `x * weight` and leaves its sum of squares; the products multiply their outputs by
+/// `1 / sqrt(mean + eps)`. No workgroup waits for a whole row: the single-workgroup tagged norm
+/// ended ~3 us after the product before it on an H200 (session 48's timeline), the chunked one
+/// 1.45 us on an H100 (7B Q4_K decode +1.4%, Q4_1 -0.6%: session 49).
+///
+/// Decided alike for every step size up to [`INT_MAX_TOKENS`] (the one-token forms are checked
+/// as for one token), so that a token gets the same bits alone and in a batch
+/// (`vulkan_decode_steps_do_not_depend_on_the_batch`). By default for the K-quants' records
+/// (Q8_K); `STRATA_VULKAN_TAGGED_NORM_SCALE=1` for every rounding, `=qkv` or `=ffn` only before
+/// QKV or gate/up, `=0` never (read at each recording, so that a test can compare the paths).
+fn chunked_norm(ctx: &VulkanContext, graph: &ForwardGraph, weights: &[Option<GpuWeight>], ops: &[Op], at: usize, n: usize) -> bool {
+    let (before_qkv, before_ffn, any_rounding) = match std::env::var("STRATA_VULKAN_TAGGED_NORM_SCALE").as_deref() {
+        Ok("0") => return false,
+        Ok("1") => (true, true, true),
+        Ok("qkv") => (true, false, true),
+        Ok("ffn") => (false, true, true),
+        _ => (true, true, false),
     };
-    if n != 1 || ctx.exact || !ctx.info.subgroup_quads {
+    if n > INT_MAX_TOKENS || chain_mode().is_some() {
         return false;
     }
-    let Some(Op::RmsNorm { input, out, .. }) = ops.get(at) else { return false };
-    let Some(Op::MatMul { input: product_input, outputs }) = ops.get(at + 1) else { return false };
+    let Some(rounding) = scaled_norm_consumer(ctx, graph, weights, ops, at, before_qkv, before_ffn) else { return false };
+    let Some(Op::MatMul { outputs, .. }) = ops.get(at + 1) else { return false };
+    let int_products = outputs.iter().all(|p| weights[p.weight.0 as usize].is_some_and(|w| uses_int_product(ctx, w.layout.format, n)));
+    int_products && (any_rounding || rounding == ActRounding::Q8_K)
+}
+
+/// The rounding of the products after the RMSNorm `ops[at]` where they can take its scale
+/// ([`chunked_norm`], [`norm_epilogue`]): the fast integer kernels, the norm's output read only
+/// by one product of one integer rounding, in whole blocks and a layout with scaled builds, a
+/// fused QKV (`before_qkv`) or gate/up (`before_ffn`) product for one token.
+fn scaled_norm_consumer(ctx: &VulkanContext, graph: &ForwardGraph, weights: &[Option<GpuWeight>], ops: &[Op], at: usize, before_qkv: bool, before_ffn: bool) -> Option<ActRounding> {
+    if ctx.exact || !ctx.info.subgroup_quads || std::env::var("STRATA_VULKAN_FUSE_SWIGLU_PRODUCT").as_deref() == Ok("1") {
+        return None;
+    }
+    let Some(Op::RmsNorm { input, out, .. }) = ops.get(at) else { return None };
+    let Some(Op::MatMul { input: product_input, outputs }) = ops.get(at + 1) else { return None };
     let width = graph.buffer(*input).width;
-    if product_input != out || one_int_rounding(weights, outputs).is_none() || !width.is_multiple_of(32) || product_layout(ctx, usize::MAX, width, false) == ProductLayout::Lanes32 {
-        return false;
+    let rounding = one_int_rounding(weights, outputs)?;
+    let block = if rounding == ActRounding::Q8_K { 256 } else { 32 };
+    if product_input != out || !width.is_multiple_of(block) || product_layout(ctx, usize::MAX, width, false) == ProductLayout::Lanes32 || read_before_written(&ops[at + 2..], *out) {
+        return None;
     }
-    let fused = (before_qkv && fused_qkv_rope(ctx, graph, weights, ops, at + 1, n).is_some())
-        || (before_ffn && fused_swiglu(ctx, weights, ops, at + 1, n).is_some() && std::env::var("STRATA_VULKAN_FUSE_SWIGLU_PRODUCT").as_deref() != Ok("1"));
-    fused && !read_before_written(&ops[at + 2..], *out)
+    let fused = (before_qkv && fused_qkv_rope(ctx, graph, weights, ops, at + 1, 1).is_some()) || (before_ffn && fused_swiglu(ctx, weights, ops, at + 1, 1).is_some());
+    fused.then_some(rounding)
 }
 
 static TAGGED_NORM_SCALES_RECORDED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-/// RMSNorms recorded as [`Kernel::NormQuantizeTagged`] in this process ([`tagged_norm_scale`]):
+/// RMSNorms recorded in their rows' chunks ([`Kernel::NormQuantizeTagged`],
+/// [`Kernel::NormQuantize`]) in this process ([`chunked_norm`]):
 /// for tests that must know the path was taken.
 pub fn tagged_norm_scales_recorded() -> u64 {
     TAGGED_NORM_SCALES_RECORDED.load(std::sync::atomic::Ordering::Relaxed)

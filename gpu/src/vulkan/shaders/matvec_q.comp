@@ -137,6 +137,10 @@ layout(push_constant) uniform Push {
     uint64_t x;
     uint64_t out_;
     uint64_t bias;
+#if defined(NORM_SCALE)
+    // The partials of the RMSNorm before (NORM_SCALE below), each token's row of them.
+    uint64_t norm_partials;
+#endif
 #if defined(NORM_EPILOGUE)
     // The RMSNorm after the residual add (NORM_EPILOGUE below): its weight, where its 8-bit
     // records go, one ticket counter per chunk of 256 rows (zero between uses), and the norm's
@@ -345,21 +349,24 @@ uint step_tag;
 #endif
 
 #if defined(NORM_SCALE)
-// The RMSNorm scale 1 / sqrt(mean(x^2) + eps) of the row this product's records hold: the
-// product before it (a NORM_EPILOGUE build) quantized x * weight, which the scale does not
-// change but for rounding, and left eps and each chunk's sum of squares; the outputs are
-// multiplied by the scale instead. The lane's share of the sums is loaded before the product
-// (norm_sums_load) and added after it (norm_scale_of), so that the load's latency hides behind
-// the weights'; every subgroup adds the chunks in the same order.
-#if !defined(QKV_ROPE) && !defined(SWIGLU_PAIR)
-#error "the scaled builds are the fused QKV and gate/up products"
+// The RMSNorm scale 1 / sqrt(mean(x^2) + eps) of each token's row that this product's records
+// hold: the norm before it (quantize_act.comp NORM_W, or a NORM_EPILOGUE product) quantized
+// x * weight, which the scale does not change but for rounding, and left eps and each chunk's
+// sum of squares, a row of them a token; the outputs are multiplied by the scale instead. The
+// lane's share of the sums is loaded before the product (norm_sums_load) and added after it
+// (norm_scale_of), so that the load's latency hides behind the weights'; every subgroup adds
+// the chunks in the same order, whatever the build (the fused one-token products and the
+// batched plain one give a token the same scale).
+#if defined(NORM_EPILOGUE) || (defined(TAGGED_OUT) && !defined(SWIGLU_PAIR)) || defined(CHAINED) || defined(PERSISTENT)
+#error "the scaled builds are the fused QKV and gate/up products and the plain batched one"
 #endif
-// (The lane's share of the chunks' sums, and eps. The first load is not added inside a loop:
-// an add there made every workgroup wait for it before its product's first loads, 0.6-0.9 us
-// of a 4-8 us workgroup on an H100; a row of up to 256 elements a lane takes no further one.)
-vec2 norm_sums_load() {
-    F32s p = F32s(pc.norm_partials);
+// (The lane's share of token `token`'s chunk sums, and eps. The first load is not added inside
+// a loop: an add there made every workgroup wait for it before its product's first loads,
+// 0.6-0.9 us of a 4-8 us workgroup on an H100; a row of up to 256 elements a lane takes no
+// further one.)
+vec2 norm_sums_load(uint token) {
     uint n_chunks = (pc.cols + 255) / 256;
+    F32s p = F32s(pc.norm_partials + uint64_t(token * (1 + n_chunks)) * 4);
     uint i = gl_SubgroupInvocationID;
     float s = i < n_chunks ? p.v[1 + i] : 0.0;
     for (i += gl_SubgroupSize; i < n_chunks; i += gl_SubgroupSize) {

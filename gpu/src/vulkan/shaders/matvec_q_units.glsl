@@ -56,13 +56,11 @@ void UNITS_FN(uint wg) {
 #endif
     uint n_items = PC(cols) / 32;
 #if defined(NORM_SCALE)
-    vec2 norm_sums = norm_sums_load();
-#if defined(NORM_SCALE_EARLY)
-    // (An experiment, STRATA_SHADER_DEFINES=NORM_SCALE_EARLY at build time: the scale computed
-    // while the first weights are in flight, one register through the loop instead of two and
-    // no square root in the epilogue.)
-    float norm_scale = norm_scale_of(norm_sums);
-#endif
+    // (Tokens past the step's read the last one's sums and write nothing.)
+    vec2 norm_sums[NT];
+    [[unroll]] for (uint t = 0; t < NT; t++) {
+        norm_sums[t] = norm_sums_load(min(t0 + t, n_tokens - 1));
+    }
 #endif
     float acc[ROWS][NT];
     [[unroll]] for (uint r = 0; r < ROWS; r++) {
@@ -155,8 +153,11 @@ void UNITS_FN(uint wg) {
     }
 #undef UNIT_ROW
 #endif
-#if defined(NORM_SCALE) && !defined(NORM_SCALE_EARLY)
-    float norm_scale = norm_scale_of(norm_sums);
+#if defined(NORM_SCALE)
+    float norm_scale[NT];
+    [[unroll]] for (uint t = 0; t < NT; t++) {
+        norm_scale[t] = norm_scale_of(norm_sums[t]);
+    }
 #endif
     [[unroll]] for (uint r = 0; r < ROWS; r++) {
         [[unroll]] for (uint t = 0; t < NT; t++) {
@@ -180,7 +181,9 @@ void UNITS_FN(uint wg) {
             }
             float b = PC(bias) != 0 ? F32s(PC(bias)).v[pair[r]] : 0.0;
 #if defined(NORM_SCALE)
-            s *= norm_scale;
+            // (Its own rounding, not fused with the bias: the plain batched build's below.)
+            precise float scaled = s * norm_scale[0];
+            s = scaled;
 #endif
             v[r] = s + b;
         }
@@ -227,7 +230,8 @@ void UNITS_FN(uint wg) {
                     s += UNITS_PARTIALS[sg][2 * p + r];
                 }
 #if defined(NORM_SCALE)
-                s *= norm_scale;
+                precise float scaled = s * norm_scale[0];
+                s = scaled;
 #endif
                 gu[r] = s;
             }
@@ -275,6 +279,11 @@ void UNITS_FN(uint wg) {
         if (row < PC(rows) && token < PC(n_tokens)) {
             float b = PC(bias) != 0 ? F32s(PC(bias)).v[row] : 0.0;
             uint at = token * PC(out_stride) + row;
+#if defined(NORM_SCALE)
+            // The RMSNorm's scale before the bias, as the fused one-token products apply it.
+            precise float scaled = s * norm_scale[lane % NT];
+            s = scaled;
+#endif
             // As the CPU: the projection (with its bias), then the residual add.
             float r = s + b;
 #if defined(NORM_EPILOGUE)
@@ -306,13 +315,12 @@ void UNITS_FN(uint wg) {
     uint slot = ql_slot();
     uint e0 = slot < 32 ? chunk * 256 + 8 * slot : PC(rows);
     float vs[8];
-    float squares = 0.0;
+    float g[8];
     [[unroll]] for (uint k = 0; k < 8; k++) {
-        float x = e0 + k < PC(rows) ? F32sC(PC(out_)).v[e0 + k] : 0.0;
-        float g = e0 + k < PC(rows) ? F32s(PC(norm_w)).v[e0 + k] : 0.0;
-        squares += x * x;
-        vs[k] = x * g;
+        vs[k] = e0 + k < PC(rows) ? F32sC(PC(out_)).v[e0 + k] : 0.0;
+        g[k] = e0 + k < PC(rows) ? F32s(PC(norm_w)).v[e0 + k] : 0.0;
     }
+    float squares = ql_norm_run(vs, g);
     ql_quantize(vs, slot, e0, PC(rows), PC(records), PC(records_meta_offset));
     if (slot < 32) {
         ne_squares[slot] = squares;

@@ -66,17 +66,17 @@ layout(push_constant) uniform Push {
     uint64_t tagged;
     uint64_t tag_header;
     uint64_t give_ups;
+#endif
 #if defined(NORM_W)
-    // The RMSNorm after a residual add, done as this quantization (NORM_W below): its weight,
-    // where eps and each chunk's sum of squares go, and eps.
+    // The RMSNorm, done as this quantization (NORM_W below): its weight, where each row's eps
+    // and chunks' sums of squares go, and eps.
     uint64_t norm_w;
     uint64_t norm_partials;
     float eps;
 #endif
-#endif
 } pc;
-#if defined(NORM_W) && (!defined(TAGGED_IN) || defined(COMBINE))
-#error "the norm's chunks are the plain tagged build's"
+#if defined(NORM_W) && (!defined(INT_OUT) || defined(COMBINE) || defined(SWIGLU) || defined(CHAINED))
+#error "the norm's chunks are the plain quantizer's, of a row or tagged"
 #endif
 #if defined(TAGGED_IN)
 #if !defined(INT_OUT) || defined(SWIGLU) || defined(CHAINED) || defined(F64)
@@ -208,19 +208,18 @@ void main() {
     // (COMBINE: slots past the chunk hold zeros and write nothing.)
     uint e0 = slot < INT_CHUNK / 8 ? first + 8 * slot : pc.cols;
 #if defined(NORM_W)
-    // The RMSNorm after the residual add that wrote the row, in the chunks' workgroups instead
-    // of one: 8-bit quantization is scale-invariant but for rounding, so each chunk quantizes its
-    // x * weight and leaves its sum of squares, and the product after it (NORM_SCALE) multiplies
-    // its outputs by 1 / sqrt(mean + eps). The arithmetic of matvec_q_units.glsl's
-    // NORM_EPILOGUE, so the same bits; no workgroup waits for the whole row. One row.
-    float squares = 0.0;
+    // The RMSNorm in the chunks' workgroups instead of one a row: 8-bit quantization is
+    // scale-invariant but for rounding, so each chunk quantizes its x * weight and leaves its
+    // sum of squares, and the products after it (NORM_SCALE) multiply their outputs by
+    // 1 / sqrt(mean + eps). The arithmetic of matvec_q_units.glsl's NORM_EPILOGUE, so the same
+    // bits; no workgroup waits for the whole row (TAGGED_IN: the row the residual add before
+    // it is still writing). Each row's partials: eps, then its chunks' sums.
+    float g[8];
     [[unroll]] for (uint k = 0; k < 8; k++) {
-        float x = v[k];
-        float g = e0 + k < pc.cols ? F32s(pc.norm_w).v[e0 + k] : 0.0;
-        squares += x * x;
-        v[k] = x * g;
+        g[k] = e0 + k < pc.cols ? F32s(pc.norm_w).v[e0 + k] : 0.0;
     }
-    ql_quantize(v, slot, e0, pc.cols, pc.out_, pc.meta_offset);
+    float squares = ql_norm_run(v, g);
+    ql_quantize(v, slot, e0, pc.cols, pc.out_ + uint64_t(row) * pc.out_stride, pc.meta_offset);
     norm_squares[slot] = squares;
     barrier();
     if (gl_LocalInvocationID.x == 0) {
@@ -229,9 +228,10 @@ void main() {
             total += norm_squares[k];
         }
         F32s p = F32s(pc.norm_partials);
-        p.v[1 + first / INT_CHUNK] = total;
+        uint at = row * (1 + chunks);
+        p.v[at + 1 + first / INT_CHUNK] = total;
         if (first == 0) {
-            p.v[0] = pc.eps;
+            p.v[at] = pc.eps;
         }
     }
 #else

@@ -129,3 +129,18 @@ void ql_quantize(float v[QL_E], uint slot, uint e0, uint cols, uint64_t rec, uin
 #endif
     ql_write(v, block, slot, e0, cols, rec, meta_offset);
 }
+
+// The chunked RMSNorm's share of a run (quantize_act.comp NORM_W, matvec_q_units.glsl
+// NORM_EPILOGUE; one function so that both compute the same bits): `v` holds the run's x and
+// becomes x * weight for ql_quantize (8-bit quantization is scale-invariant but for rounding:
+// the products after it multiply by the norm's scale); returns the run's sum of squares, which
+// the caller adds to its chunk's over the 32 slots in order.
+float ql_norm_run(inout float v[QL_E], float weight[QL_E]) {
+    float squares = 0.0;
+    [[unroll]] for (uint k = 0; k < QL_E; k++) {
+        float x = v[k];
+        squares += x * x;
+        v[k] = x * weight[k];
+    }
+    return squares;
+}
