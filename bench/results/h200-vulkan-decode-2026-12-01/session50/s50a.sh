@@ -12,7 +12,8 @@
 # strata-rt-new.gz (the session's change).
 # Run: BUDGET_S=560 OUT=$OUT bash bench/results/h200-vulkan-decode-2026-12-01/session50/s50a.sh
 # On another card (session 49 measured these on an H100), only the new build against the old
-# default, Q4_K, two rounds, and the new build's KL against the CPU, within 300 s.
+# build's default and chunked norm, Q4_K, two rounds, and the new build's KL against the CPU,
+# within 300 s.
 h200=1
 nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 || { h200=0; BUDGET_S=300; }
 source bench/results/h200-vulkan-decode-2026-12-01/session44/common.sh
@@ -23,7 +24,7 @@ new=$PWD/.carry/strata-rt-new
 if [ $h200 = 0 ]; then
   synth qwen2.5-7b Q4_K
   for round in 1 2; do
-    for cfg in "default $bin NONE=1" "new-default $PWD/.carry/strata-rt-new NONE=1" "new+small-first $PWD/.carry/strata-rt-new STRATA_SWIGLU_SMALL_FIRST=1320"; do
+    for cfg in "default $bin NONE=1" "old-chunked $bin STRATA_VULKAN_TAGGED_NORM_SCALE=1" "new-default $PWD/.carry/strata-rt-new NONE=1" "new+small-first $PWD/.carry/strata-rt-new STRATA_SWIGLU_SMALL_FIRST=1320"; do
       set -- $cfg
       echo "Q4_K $1: $(env $3 $2 bench -m $(m Q4_K) --device vulkan:0 -p 64 -n 128 -d 512 -r 2 2>&1 | grep -E 'bandwidth|tg128|rror' | short)" | tee -a $OUT/decode.txt
     done
@@ -32,17 +33,20 @@ if [ $h200 = 0 ]; then
   echo "left: $(left) s"
   exit 0
 fi
-synth qwen2.5-7b Q4_K Q4_1
+# (With BUDGET_S under 500: Q4_K only, no LONE_128 or head-words-alone rows, no timelines.)
+short_run=0; [ "${BUDGET_S:-400}" -lt 500 ] && short_run=1
+if [ $short_run = 1 ]; then synth qwen2.5-7b Q4_K; else synth qwen2.5-7b Q4_K Q4_1; fi
 echo "models ready, $(left) s left"
 both="STRATA_VULKAN_TAGGED_NORM_SCALE=1 STRATA_SWIGLU_SMALL_FIRST=1320"
 for round in 1 2 3; do
   for ty in Q4_K Q4_1; do
-    [ "$ty" = Q4_1 ] && [ $round = 3 ] && continue
+    [ "$ty" = Q4_1 ] && { [ $round = 3 ] || [ $short_run = 1 ]; } && continue
     while IFS='|' read -r name b knobs; do
       [ "$ty" = Q4_1 ] && [ "$b" = hw ] && continue
+      [ $short_run = 1 ] && case $name in small-first|chunked-norm|chunked+small-first+lone128|head-words) continue ;; esac
       case $b in hw) b=$hw ;; new) b=$new ;; *) b=$bin ;; esac
       [ -x "$b" ] || continue
-      [ "$(left)" -lt 100 ] && break 3
+      [ "$(left)" -lt $(( short_run ? 70 : 100 )) ] && break 3
       echo "$ty $name: $(env NONE=1 $knobs $b bench -m $(m $ty) --device vulkan:0 -p 64 -n 128 -d 512 -r 2 2>&1 | grep -E 'bandwidth|tg128|rror' | short)" | tee -a $OUT/decode.txt
     done <<LIST
 default|bin|
@@ -57,7 +61,7 @@ new+small-first|new|STRATA_SWIGLU_SMALL_FIRST=1320
 LIST
   done
 done
-if [ -x "$tl" ]; then
+if [ -x "$tl" ] && [ $short_run = 0 ]; then
   for cfg in "default NONE=1" "chunked+small-first $both"; do
     set -- $cfg
     [ "$(left)" -lt 40 ] && { echo "out of time before the timeline of $1"; break; }

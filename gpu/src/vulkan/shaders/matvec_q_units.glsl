@@ -181,9 +181,7 @@ void UNITS_FN(uint wg) {
             }
             float b = PC(bias) != 0 ? F32s(PC(bias)).v[pair[r]] : 0.0;
 #if defined(NORM_SCALE)
-            // (Its own rounding, not fused with the bias: the plain batched build's below.)
-            precise float scaled = s * norm_scale[0];
-            s = scaled;
+            s = norm_scaled(s, norm_scale[0]);
 #endif
             v[r] = s + b;
         }
@@ -230,8 +228,7 @@ void UNITS_FN(uint wg) {
                     s += UNITS_PARTIALS[sg][2 * p + r];
                 }
 #if defined(NORM_SCALE)
-                precise float scaled = s * norm_scale[0];
-                s = scaled;
+                s = norm_scaled(s, norm_scale[0]);
 #endif
                 gu[r] = s;
             }
@@ -281,8 +278,7 @@ void UNITS_FN(uint wg) {
             uint at = token * PC(out_stride) + row;
 #if defined(NORM_SCALE)
             // The RMSNorm's scale before the bias, as the fused one-token products apply it.
-            precise float scaled = s * norm_scale[lane % NT];
-            s = scaled;
+            s = norm_scaled(s, norm_scale[lane % NT]);
 #endif
             // As the CPU: the projection (with its bias), then the residual add.
             float r = s + b;
