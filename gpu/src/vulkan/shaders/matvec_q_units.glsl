@@ -191,8 +191,11 @@ void UNITS_FN(uint wg) {
             float c = tab.v[pos * 2 * PC(half_dims) + angle];
             float sn = tab.v[pos * 2 * PC(half_dims) + PC(half_dims) + angle];
             // The CPU device's (and ggml's x86) fusing of the rotation, as rope_store.comp.
-            precise float ra = fma_once(v[0], c, -(v[1] * sn));
-            precise float rb = fma_once(v[0], sn, v[1] * c);
+            // (fma_once pins its own rounding; a `precise` here would propagate back through v
+            // to the product loop and forbid contracting its multiply-adds, which the batched
+            // product, followed by rope_store.comp, may contract: other bits in a batch.)
+            float ra = fma_once(v[0], c, -(v[1] * sn));
+            float rb = fma_once(v[0], sn, v[1] * c);
             v[0] = ra;
             v[1] = rb;
         }
