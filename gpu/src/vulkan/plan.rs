@@ -1294,18 +1294,18 @@ impl VulkanPlan {
                                     None => chain.record_slot(&mut record_slots).unwrap_or(rounded[r as usize].address),
                                 };
                                 let push = Push::new().addr(addr_of(*input)).addr(w).addr(addr_of(*out)).addr(records).u32(width).u32(1).u32(width).u32(out_width).f32(hp.rms_eps).u32(record_bytes as u32).u32(meta_offset as u32);
-                                // In the rows' chunks, the scale left to the products after it.
+                                // In the rows' chunks, the scale left to the products after it
+                                // (quantize_act.comp NORM_W; tagged: one row, waiting for its chunk).
                                 let chunked = chunked_norm(ctx, graph, weights, ops, op_index, n);
+                                let chunk_push = Push::new().addr(addr_of(*input)).addr(records).u32(width).u32(width).u32(rows as u32).u32(record_bytes as u32).u32(meta_offset as u32);
+                                let chunk_groups = int_quantize_groups(rows, width as usize);
                                 match tagged_in {
                                     Some((row, _)) => {
                                         // (`STRATA_VULKAN_WAIT_FAULT=norm`, for tests: the step's first
                                         // tagged norm reads the slot no stage writes, and gives up.)
                                         let row = if std::mem::take(&mut norm_fault_pending) { fault_slot } else { row };
                                         if chunked {
-                                            let push = Push::new().addr(addr_of(*input)).addr(records).u32(width).u32(width).u32(1).u32(record_bytes as u32).u32(meta_offset as u32);
-                                            rec.dispatch(Kernel::NormQuantizeTagged(r), &push.tail_addrs(&[row, p_header, grid_sync + 8, w, norm_partials]).f32(hp.rms_eps), int_quantize_groups(1, width as usize))?;
-                                            norm_scaled = Some(norm_partials);
-                                            TAGGED_NORM_SCALES_RECORDED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                            rec.dispatch(Kernel::NormQuantizeTagged(r), &chunk_push.tail_addrs(&[row, p_header, grid_sync + 8, w, norm_partials]).f32(hp.rms_eps), chunk_groups)?;
                                         } else {
                                             rec.dispatch(Kernel::RmsNormIntTagged(r), &push.tail_addrs(&[row, p_header, grid_sync + 8]), [rows as u32, 1, 1])?;
                                         }
@@ -1313,13 +1313,12 @@ impl VulkanPlan {
                                         grid_barriers = true;
                                         TAGGED_NORMS_RECORDED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                                     }
-                                    None if chunked => {
-                                        let push = Push::new().addr(addr_of(*input)).addr(records).u32(width).u32(width).u32(rows as u32).u32(record_bytes as u32).u32(meta_offset as u32);
-                                        rec.dispatch(Kernel::NormQuantize(r), &push.tail_addrs(&[w, norm_partials]).f32(hp.rms_eps), int_quantize_groups(rows, width as usize))?;
-                                        norm_scaled = Some(norm_partials);
-                                        TAGGED_NORM_SCALES_RECORDED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                                    }
+                                    None if chunked => rec.dispatch(Kernel::NormQuantize(r), &chunk_push.tail_addrs(&[w, norm_partials]).f32(hp.rms_eps), chunk_groups)?,
                                     None => chain.dispatch(&mut rec, Kernel::RmsNormInt(r), push, [rows as u32, 1, 1])?,
+                                }
+                                if chunked {
+                                    norm_scaled = Some(norm_partials);
+                                    TAGGED_NORM_SCALES_RECORDED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                                 }
                                 prequantized = Some(records);
                             }
