@@ -664,6 +664,71 @@ fn a_vulkan_kv_arena_exported_as_opaque_fds_is_imported_in_place_by_another_devi
     assert_eq!(mine.read_bytes(0, 0, 1024).expect("read"), &data[..1024]);
 }
 
+/// A dma-buf arena (HIP's export on AMD): a buffer shorter than its chunk is refused before the
+/// driver sees it, a driver without `VK_EXT_external_memory_dma_buf` refuses by that name, and a
+/// driver with it refuses a file that is no dma-buf; no refusal leaks the fd it was given. (No
+/// driver here imports dma-bufs: lavapipe and NVIDIA's lack the extension, so the successful
+/// import runs only on RADV.)
+#[test]
+fn a_dma_buf_kv_arena_is_checked_and_refused_by_name_without_leaking_its_fds() {
+    use std::os::fd::{AsRawFd, OwnedFd};
+    use strata_gpu::kv_memory::KvExport;
+    use strata_gpu::vulkan::VulkanKvMemory;
+    let devices = vulkan_devices();
+    let Some(d) = devices.iter().find(|d| d.usable) else {
+        assert!(!require_vulkan(), "no usable Vulkan device");
+        return;
+    };
+    let ctx = VulkanContext::new(d.index).expect("open");
+    let shape = KvShape { n_layers: 2, n_kv_heads: 2, head_dim: 64, dtype: KvDtype::F16 };
+    let mut p = LayoutParams::new(shape, 256);
+    p.chunk_limit_bytes = 256 * 2 * 64 * 2;
+    let layout = KvLayout::compute(&p).expect("layout");
+    assert!(layout.chunks.len() > 1, "several chunks");
+    // Plain files stand in for dma-bufs: the size check and the refusals need no real one.
+    let dir = std::env::temp_dir();
+    let files = |short_chunk: Option<usize>| -> (Vec<OwnedFd>, Vec<(i32, std::path::PathBuf)>) {
+        let mut fds = Vec::new();
+        let mut names = Vec::new();
+        for (i, &bytes) in layout.chunks.iter().enumerate() {
+            let path = dir.join(format!("strata-dmabuf-test-{}-{i}-{short_chunk:?}", std::process::id()));
+            let f = std::fs::File::options().read(true).write(true).create(true).truncate(true).open(&path).expect("temp file");
+            f.set_len(if short_chunk == Some(i) { bytes - 4096 } else { bytes }).expect("size");
+            std::fs::remove_file(&path).expect("unlink");
+            let fd = OwnedFd::from(f);
+            names.push((fd.as_raw_fd(), path));
+            fds.push(fd);
+        }
+        (fds, names)
+    };
+    // Whether fd `n` is still open on the file it was given for (the number alone could have been
+    // reused by the time this looks).
+    let still_open = |(n, path): &(i32, std::path::PathBuf)| std::fs::read_link(format!("/proc/self/fd/{n}")).is_ok_and(|l| l.to_string_lossy().starts_with(&*path.to_string_lossy()));
+
+    let (fds, names) = files(Some(0));
+    // SAFETY: dma-bufs carry their own reference to the memory.
+    let err = match unsafe { VulkanKvMemory::import(&ctx, &layout, KvExport::DmaBuf { fds, layout: layout.clone() }) } {
+        Err(e) => e,
+        Ok(_) => panic!("a dma-buf shorter than its chunk was imported"),
+    };
+    let short = layout.chunks[0] - 4096;
+    assert!(matches!(err, DeviceError::LayoutMismatch(_)) && err.to_string().contains(&format!("holds {short} bytes")), "{err}");
+    assert!(!names.iter().any(still_open), "a refused import leaked an fd");
+
+    let (fds, names) = files(None);
+    // SAFETY: as above.
+    let err = match unsafe { VulkanKvMemory::import(&ctx, &layout, KvExport::DmaBuf { fds, layout: layout.clone() }) } {
+        Err(e) => e,
+        Ok(_) => panic!("a plain file was imported as a dma-buf"),
+    };
+    if d.has(strata_gpu::vulkan::context::EXT_EXTERNAL_MEMORY_DMA_BUF) {
+        assert!(matches!(&err, DeviceError::Vulkan { call, .. } if call.contains("dma-buf")), "{err}");
+    } else {
+        assert!(matches!(&err, DeviceError::Unsupported { .. }) && err.to_string().contains("VK_EXT_external_memory_dma_buf"), "{err}");
+    }
+    assert!(!names.iter().any(still_open), "a refused import leaked an fd");
+}
+
 /// The RMSNorm that quantizes for the next product writes the plain one's normalized rows (to the
 /// last bits) and the same 8-bit records (quants, scales, sums) as the quantizer run on its own
 /// rows, bit for bit, including all-zero blocks and ties of the largest magnitude.

@@ -1,7 +1,7 @@
 //! Device memory: buffers reached by device address, a bump sub-allocator over chunks of at most
 //! 1 GiB for data that lives as long as the plan (weights, activations), the staging upload, and
-//! the KV arena's memory (allocated here and exported as opaque fds, or imported from host pages
-//! or from opaque fds).
+//! the KV arena's memory (allocated here and exported as opaque fds, or imported from host pages,
+//! opaque fds or dma-bufs).
 
 use std::os::fd::{FromRawFd, IntoRawFd, OwnedFd};
 use std::sync::Arc;
@@ -32,6 +32,28 @@ pub enum Origin {
     HostPointer(usize),
     /// An opaque fd imported with `VK_KHR_external_memory_fd`.
     OpaqueFd,
+    /// A dma-buf fd imported with `VK_EXT_external_memory_dma_buf`.
+    DmaBuf,
+}
+
+/// Whether an import's fd is still the caller's after [`Buffer::bind`] returned `result`: the
+/// driver takes an imported fd only when vkAllocateMemory succeeds, and a failure after that
+/// frees the memory, closing the fd with it (closing it again could close an unrelated file).
+fn fd_left_with_caller(result: &Result<Buffer, DeviceError>) -> bool {
+    match result {
+        Ok(_) => false,
+        Err(DeviceError::OutOfMemory { .. }) => true,
+        Err(DeviceError::Vulkan { call, .. }) => *call == "vkAllocateMemory",
+        Err(_) => false,
+    }
+}
+
+/// The size of a dma-buf in bytes: its end, found by seeking a duplicate of the fd (a dma-buf's
+/// `fstat` size is not reliable on every kernel; `lseek(SEEK_END)` is the documented way).
+fn dma_buf_bytes(fd: &OwnedFd) -> std::io::Result<u64> {
+    use std::io::Seek;
+    let mut file = std::fs::File::from(fd.try_clone()?);
+    file.seek(std::io::SeekFrom::End(0))
 }
 
 /// A buffer with its own memory, usable as a storage buffer by address and as a copy source and
@@ -203,9 +225,74 @@ impl Buffer {
         let mut flags = vk::MemoryAllocateFlagsInfo::default().flags(vk::MemoryAllocateFlags::DEVICE_ADDRESS);
         let alloc = vk::MemoryAllocateInfo::default().allocation_size(req.size.max(size)).memory_type_index(type_index).push_next(&mut import).push_next(&mut flags);
         let result = Self::bind(ctx, buffer, &alloc, size, what, false, Origin::OpaqueFd);
-        if result.is_err() {
-            // SAFETY: a failed import leaves the fd with us; close it.
+        if fd_left_with_caller(&result) {
+            // SAFETY: a failed vkAllocateMemory leaves the fd with us; close it.
             drop(unsafe { OwnedFd::from_raw_fd(raw) });
+        }
+        result
+    }
+
+    /// Imports `size` bytes of a dma-buf (HIP's export on AMD) with
+    /// `VK_EXT_external_memory_dma_buf`. On success the driver owns the fd; on failure it is
+    /// closed here.
+    ///
+    /// # Errors
+    /// A dma-buf smaller than `size` (checked before the driver sees it: an import past the end
+    /// of the buffer is undefined behaviour in the driver), no `VK_EXT_external_memory_dma_buf`,
+    /// no memory type that can hold it, or the driver refusing the fd.
+    pub fn import_dma_buf(ctx: &Arc<VulkanContext>, fd: OwnedFd, size: u64, what: &str) -> Result<Buffer, DeviceError> {
+        let name = ctx.name();
+        let fd_bytes = dma_buf_bytes(&fd).map_err(|e| DeviceError::Unsupported { device: name.clone(), what: format!("{what}: the dma-buf's size cannot be read ({e})") })?;
+        if fd_bytes < size {
+            return Err(DeviceError::LayoutMismatch(format!("{what}: the dma-buf holds {fd_bytes} bytes, the layout's chunk {size}")));
+        }
+        let ext = match (&ctx.memory_fd, ctx.info.has(super::context::EXT_EXTERNAL_MEMORY_DMA_BUF)) {
+            (Some(ext), true) => ext,
+            _ => return Err(DeviceError::Unsupported { device: name, what: "VK_EXT_external_memory_dma_buf (importing a dma-buf)".into() }),
+        };
+        let handle = vk::ExternalMemoryHandleTypeFlags::DMA_BUF_EXT;
+        let raw = fd.into_raw_fd();
+        // From here the fd is closed by hand on every failure (the driver takes it only when
+        // vkAllocateMemory succeeds).
+        let close = |raw| {
+            // SAFETY: `raw` came from `into_raw_fd` above and was not handed to the driver.
+            drop(unsafe { OwnedFd::from_raw_fd(raw) })
+        };
+        let mut props = vk::MemoryFdPropertiesKHR::default();
+        // SAFETY: a live fd of the handle type this query is for.
+        match unsafe { ext.get_memory_fd_properties(handle, raw, &mut props) } {
+            Ok(()) => {}
+            Err(e) => {
+                close(raw);
+                return Err(vk_error(&name, "vkGetMemoryFdPropertiesKHR (dma-buf)", e));
+            }
+        };
+        let mut external = vk::ExternalMemoryBufferCreateInfo::default().handle_types(handle);
+        let info = vk::BufferCreateInfo::default().size(size).usage(USAGE).sharing_mode(vk::SharingMode::EXCLUSIVE).push_next(&mut external);
+        // SAFETY: a valid create info.
+        let buffer = match unsafe { ctx.device.create_buffer(&info, None) } {
+            Ok(b) => b,
+            Err(e) => {
+                close(raw);
+                return Err(vk_error(&name, "vkCreateBuffer", e));
+            }
+        };
+        // SAFETY: just created.
+        let req = unsafe { ctx.device.get_buffer_memory_requirements(buffer) };
+        let bits = props.memory_type_bits & req.memory_type_bits;
+        let type_index = ctx.memory_type(bits, vk::MemoryPropertyFlags::DEVICE_LOCAL).or_else(|| ctx.memory_type(bits, vk::MemoryPropertyFlags::empty()));
+        let Some(type_index) = type_index.filter(|_| req.size <= fd_bytes) else {
+            // SAFETY: unused.
+            unsafe { ctx.device.destroy_buffer(buffer, None) };
+            close(raw);
+            return Err(DeviceError::Unsupported { device: name, what: format!("{what}: no memory type imports this dma-buf of {fd_bytes} bytes for a buffer needing {} (types {:#x} of the fd, {:#x} of the buffer)", req.size, props.memory_type_bits, req.memory_type_bits) });
+        };
+        let mut import = vk::ImportMemoryFdInfoKHR::default().handle_type(handle).fd(raw);
+        let mut flags = vk::MemoryAllocateFlagsInfo::default().flags(vk::MemoryAllocateFlags::DEVICE_ADDRESS);
+        let alloc = vk::MemoryAllocateInfo::default().allocation_size(req.size).memory_type_index(type_index).push_next(&mut import).push_next(&mut flags);
+        let result = Self::bind(ctx, buffer, &alloc, size, what, false, Origin::DmaBuf);
+        if fd_left_with_caller(&result) {
+            close(raw);
         }
         result
     }
@@ -674,7 +761,7 @@ impl VulkanKvMemory {
                 })
                 .collect::<Result<Vec<_>, _>>()?,
             KvExport::OpaqueFd { fds, .. } => fds.into_iter().zip(&mine.chunks).map(|(fd, &bytes)| Buffer::import_opaque_fd(ctx, fd, bytes, "KV arena chunk (opaque fd)")).collect::<Result<Vec<_>, _>>()?,
-            KvExport::DmaBuf { .. } => return Err(DeviceError::Unsupported { device: ctx.name(), what: "importing a dma-buf KV arena (VK_EXT_external_memory_dma_buf) is not built yet".into() }),
+            KvExport::DmaBuf { fds, .. } => fds.into_iter().zip(&mine.chunks).map(|(fd, &bytes)| Buffer::import_dma_buf(ctx, fd, bytes, "KV arena chunk (dma-buf)")).collect::<Result<Vec<_>, _>>()?,
         };
         Ok(VulkanKvMemory { chunks, layout: mine.clone() })
     }
