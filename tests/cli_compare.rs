@@ -89,3 +89,27 @@ fn compare_devices_refuses_what_it_cannot_measure() {
     let zero = compare(&["--device", "cpu", "--nudge-norms", "--positions", "0"]);
     assert!(!zero.status.success(), "no positions to compare is an argument error");
 }
+
+/// `--reference-ubatch` compares Vulkan against itself: one token a step and four give the same
+/// bits (decode's batch invariance, the check to run on any GPU), while a 56-token step runs the
+/// prompt-sized kernels, whose other bits the check must catch; on the CPU it is refused.
+#[test]
+fn reference_ubatch_checks_decode_batch_invariance_bit_for_bit() {
+    let Some(i) = vulkan_index() else { return };
+    let device = format!("vulkan:{i}");
+    let same = compare(&["--device", &device, "--reference-ubatch", "4", "--prompt-tokens", "12", "--positions", "12"]);
+    let out = String::from_utf8_lossy(&same.stdout);
+    assert!(same.status.success(), "one token a step against four: {out} {}", String::from_utf8_lossy(&same.stderr));
+    assert!(out.contains("at 1 tokens per step vs itself at 4"), "{out}");
+    assert_eq!(identical_positions(&out), 12, "{out}");
+
+    let prompt_sized = compare(&["--device", &device, "--reference-ubatch", "64", "--prompt-tokens", "40", "--positions", "16"]);
+    let out = String::from_utf8_lossy(&prompt_sized.stdout);
+    assert!(!prompt_sized.status.success(), "the prompt-sized kernels' other bits must fail the check: {out}");
+    assert!(identical_positions(&out) < 16 && out.contains("FAIL"), "{out}");
+    assert!(String::from_utf8_lossy(&prompt_sized.stderr).contains("prompt-sized kernels"), "the run warns that 64 tokens a step take other kernels");
+
+    let cpu = compare(&["--device", "cpu", "--device-simd", "scalar", "--reference-ubatch", "4"]);
+    assert!(!cpu.status.success());
+    assert!(String::from_utf8_lossy(&cpu.stderr).contains("--reference-ubatch compares a Vulkan device"), "{}", String::from_utf8_lossy(&cpu.stderr));
+}

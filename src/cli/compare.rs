@@ -1,6 +1,8 @@
 //! `strata-rt compare-devices`: a device against the CPU reference on one model: teacher-forced
 //! logits of a seeded random prompt, compared position by position (KL divergence and top-1
-//! agreement), with the bars the test suite uses.
+//! agreement), with the bars the test suite uses. With `--reference-ubatch N` the reference is
+//! the device itself at N tokens a step instead: the check of decode's batch invariance, whose
+//! bar is every position's logits bit for bit.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -64,6 +66,12 @@ pub struct CompareArgs {
     /// Also print each compared position's KL and largest logit difference.
     #[arg(long)]
     per_position: bool,
+    /// Compare the device against itself at this many tokens a step, not against the CPU: decode's
+    /// batch invariance (steps of 1..=32 tokens are meant to give the same bits; 33 and more run
+    /// the prompt-sized kernels, which do not). It passes only if every compared position's
+    /// logits are the same bits (the KL and top-1 bars are then ignored).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=64))]
+    reference_ubatch: Option<u32>,
 }
 
 pub fn run(args: CompareArgs) -> Result<ExitCode> {
@@ -79,8 +87,14 @@ pub fn run(args: CompareArgs) -> Result<ExitCode> {
     if args.exact && device == DeviceKind::Cpu {
         anyhow::bail!("--exact is the Vulkan device's exact mode: use it with --device vulkan:N");
     }
+    if args.reference_ubatch.is_some() && device == DeviceKind::Cpu {
+        anyhow::bail!("--reference-ubatch compares a Vulkan device against itself: use it with --device vulkan:N");
+    }
+    if let Some(r) = args.reference_ubatch.filter(|&r| r > 32).or(args.ubatch.filter(|&u| u > 32 && args.reference_ubatch.is_some())) {
+        eprintln!("note: {r} tokens a step run the prompt-sized kernels, which sum in another order than the decode steps (1..=32 tokens): expect other bits");
+    }
     let exact = device != DeviceKind::Cpu && (args.exact || strata_gpu::vulkan::ContextOptions::default().exact);
-    let ubatch = args.ubatch.unwrap_or(if exact { 1 } else { 64 });
+    let ubatch = args.ubatch.unwrap_or(if exact || args.reference_ubatch.is_some() { 1 } else { 64 });
     if exact && ubatch > 1 {
         eprintln!("note: the exact mode computes the CPU's bits in decode-sized steps; --ubatch {ubatch} runs the prompt-sized kernels, which do not (--ubatch 1 checks the exact mode)");
     }
@@ -97,7 +111,10 @@ pub fn run(args: CompareArgs) -> Result<ExitCode> {
     // Both devices take the same steps: the CPU's arithmetic (llama.cpp's) sums a step of one
     // token per sequence in another order than a step of many.
     let opts = EngineOptions { threads: args.threads, max_context: total + 1, n_cells: cells, ubatch: ubatch as usize, max_outputs: 64, prefill_device: device, decode_device: device, prefill_min_tokens: usize::MAX, max_seqs: 1, vulkan_exact: args.exact, ..Default::default() };
-    let mut cpu = Engine::new_cpu(model.clone(), opts.clone()).context("the CPU device")?;
+    let mut reference = match args.reference_ubatch {
+        None => Engine::new_cpu(model.clone(), opts.clone()).context("the CPU device")?,
+        Some(r) => Engine::new(model.clone(), EngineOptions { ubatch: r as usize, ..opts.clone() }).with_context(|| format!("device {device} at {r} tokens a step"))?,
+    };
     let mut dev = Engine::new(model.clone(), EngineOptions { simd, cpu_nudge_norms: args.nudge_norms, ..opts }).with_context(|| format!("device {device}"))?;
     let vocab = model.hparams.vocab_size;
     let (tokens, source) = match &args.text {
@@ -113,7 +130,7 @@ pub fn run(args: CompareArgs) -> Result<ExitCode> {
             ((0..total).map(|_| (rng.next_u64() % vocab as u64) as u32).collect(), format!("a random prompt (seed {})", args.seed))
         }
     };
-    let want = cpu.teacher_forced_logits(&tokens).context("CPU forward")?;
+    let want = reference.teacher_forced_logits(&tokens).context("reference forward")?;
     let got = dev.teacher_forced_logits(&tokens).with_context(|| format!("{device} forward"))?;
     let (mut a, mut b) = (Vec::new(), Vec::new());
     let (mut kl_sum, mut agree, mut identical) = (0.0f64, 0usize, 0usize);
@@ -131,6 +148,16 @@ pub fn run(args: CompareArgs) -> Result<ExitCode> {
     }
     let kl = kl_sum / positions as f64;
     let top1 = agree as f64 / positions as f64;
+    if let Some(r) = args.reference_ubatch {
+        let pass = identical == positions;
+        println!(
+            "{device}{} at {ubatch} tokens per step vs itself at {r} on {}, {source}: {positions} positions after a {prompt_tokens}-token prompt: mean KL {kl:.6} nats, top-1 {agree}/{positions}, logits bit-identical at {identical}: {} (bar: all {positions})",
+            if exact { " (exact mode)" } else { "" },
+            model.name,
+            if pass { "PASS" } else { "FAIL" }
+        );
+        return Ok(if pass { ExitCode::SUCCESS } else { ExitCode::FAILURE });
+    }
     let pass = kl <= args.max_kl && top1 >= args.min_top1;
     println!(
         "{device}{}{}{} vs cpu on {}, {source}: {} positions after a {}-token prompt, {} tokens per step: mean KL {kl:.6} nats (bar {}), top-1 {agree}/{} (bar {:.0}), logits bit-identical at {identical}: {}",
