@@ -627,6 +627,16 @@ fn vulkan_rounds_activations_exactly_as_the_cpu_quantizes_them() {
     }
 }
 
+/// The import tests' KV layout: 2 layers of 2 heads of 64, 256 cells, chunks of one tensor each.
+fn layout_of_several_chunks() -> (LayoutParams, KvLayout) {
+    let shape = KvShape { n_layers: 2, n_kv_heads: 2, head_dim: 64, dtype: KvDtype::F16 };
+    let mut p = LayoutParams::new(shape, 256);
+    p.chunk_limit_bytes = 256 * 2 * 64 * 2;
+    let layout = KvLayout::compute(&p).expect("layout");
+    assert!(layout.chunks.len() > 1, "several chunks");
+    (p, layout)
+}
+
 #[test]
 fn a_vulkan_kv_arena_exported_as_opaque_fds_is_imported_in_place_by_another_device() {
     use strata_gpu::vulkan::memory::Origin;
@@ -639,11 +649,7 @@ fn a_vulkan_kv_arena_exported_as_opaque_fds_is_imported_in_place_by_another_devi
     // Two logical devices: the exporter (as the native prefill device would be) and the importer.
     let exporter = VulkanContext::new(d.index).expect("open");
     let importer = VulkanContext::new(d.index).expect("open again");
-    let shape = KvShape { n_layers: 2, n_kv_heads: 2, head_dim: 64, dtype: KvDtype::F16 };
-    let mut p = LayoutParams::new(shape, 256);
-    p.chunk_limit_bytes = 256 * 2 * 64 * 2;
-    let layout = KvLayout::compute(&p).expect("layout");
-    assert!(layout.chunks.len() > 1, "several chunks");
+    let (p, layout) = layout_of_several_chunks();
     let mine = VulkanKvMemory::allocate(&exporter, &layout).expect("allocate");
     let data: Vec<u8> = (0..4096u32).map(|i| (i * 7 % 251) as u8).collect();
     mine.write_bytes(1, 4096, &data).expect("write");
@@ -680,11 +686,7 @@ fn a_dma_buf_kv_arena_is_checked_and_refused_by_name_without_leaking_its_fds() {
         return;
     };
     let ctx = VulkanContext::new(d.index).expect("open");
-    let shape = KvShape { n_layers: 2, n_kv_heads: 2, head_dim: 64, dtype: KvDtype::F16 };
-    let mut p = LayoutParams::new(shape, 256);
-    p.chunk_limit_bytes = 256 * 2 * 64 * 2;
-    let layout = KvLayout::compute(&p).expect("layout");
-    assert!(layout.chunks.len() > 1, "several chunks");
+    let (_, layout) = layout_of_several_chunks();
     // Plain files stand in for dma-bufs: the size check and the refusals need no real one.
     let dir = std::env::temp_dir();
     let files = |short_chunk: Option<usize>| -> (Vec<OwnedFd>, Vec<(i32, std::path::PathBuf)>) {

@@ -90,11 +90,11 @@ pub fn run(args: CompareArgs) -> Result<ExitCode> {
     if args.reference_ubatch.is_some() && device == DeviceKind::Cpu {
         anyhow::bail!("--reference-ubatch compares a Vulkan device against itself: use it with --device vulkan:N");
     }
-    if let Some(r) = args.reference_ubatch.filter(|&r| r > 32).or(args.ubatch.filter(|&u| u > 32 && args.reference_ubatch.is_some())) {
-        eprintln!("note: {r} tokens a step run the prompt-sized kernels, which sum in another order than the decode steps (1..=32 tokens): expect other bits");
-    }
     let exact = device != DeviceKind::Cpu && (args.exact || strata_gpu::vulkan::ContextOptions::default().exact);
     let ubatch = args.ubatch.unwrap_or(if exact || args.reference_ubatch.is_some() { 1 } else { 64 });
+    if let Some(most) = args.reference_ubatch.map(|r| r.max(ubatch)).filter(|&n| n > 32) {
+        eprintln!("note: {most} tokens a step run the prompt-sized kernels, which sum in another order than the decode steps (1..=32 tokens): expect other bits");
+    }
     if exact && ubatch > 1 {
         eprintln!("note: the exact mode computes the CPU's bits in decode-sized steps; --ubatch {ubatch} runs the prompt-sized kernels, which do not (--ubatch 1 checks the exact mode)");
     }

@@ -3,7 +3,7 @@
 //! the KV arena's memory (allocated here and exported as opaque fds, or imported from host pages,
 //! opaque fds or dma-bufs).
 
-use std::os::fd::{FromRawFd, IntoRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -204,37 +204,17 @@ impl Buffer {
     /// # Errors
     /// No `VK_KHR_external_memory_fd`, or the driver refuses the fd.
     pub fn import_opaque_fd(ctx: &Arc<VulkanContext>, fd: OwnedFd, size: u64, what: &str) -> Result<Buffer, DeviceError> {
-        let name = ctx.name();
         if ctx.memory_fd.is_none() {
-            return Err(DeviceError::Unsupported { device: name, what: "VK_KHR_external_memory_fd (importing an opaque fd)".into() });
+            return Err(DeviceError::Unsupported { device: ctx.name(), what: "VK_KHR_external_memory_fd (importing an opaque fd)".into() });
         }
-        let handle = vk::ExternalMemoryHandleTypeFlags::OPAQUE_FD;
-        let mut external = vk::ExternalMemoryBufferCreateInfo::default().handle_types(handle);
-        let info = vk::BufferCreateInfo::default().size(size).usage(USAGE).sharing_mode(vk::SharingMode::EXCLUSIVE).push_next(&mut external);
-        // SAFETY: a valid create info.
-        let buffer = unsafe { ctx.device.create_buffer(&info, None) }.map_err(|e| vk_error(&name, "vkCreateBuffer", e))?;
-        // SAFETY: just created.
-        let req = unsafe { ctx.device.get_buffer_memory_requirements(buffer) };
-        let Some(type_index) = ctx.memory_type(req.memory_type_bits, vk::MemoryPropertyFlags::DEVICE_LOCAL) else {
-            // SAFETY: unused.
-            unsafe { ctx.device.destroy_buffer(buffer, None) };
-            return Err(DeviceError::Unsupported { device: name, what: "no device-local memory type to import into".into() });
-        };
-        let raw = fd.into_raw_fd();
-        let mut import = vk::ImportMemoryFdInfoKHR::default().handle_type(handle).fd(raw);
-        let mut flags = vk::MemoryAllocateFlagsInfo::default().flags(vk::MemoryAllocateFlags::DEVICE_ADDRESS);
-        let alloc = vk::MemoryAllocateInfo::default().allocation_size(req.size.max(size)).memory_type_index(type_index).push_next(&mut import).push_next(&mut flags);
-        let result = Self::bind(ctx, buffer, &alloc, size, what, false, Origin::OpaqueFd);
-        if fd_left_with_caller(&result) {
-            // SAFETY: a failed vkAllocateMemory leaves the fd with us; close it.
-            drop(unsafe { OwnedFd::from_raw_fd(raw) });
-        }
-        result
+        Self::import_fd(ctx, fd, size, what, vk::ExternalMemoryHandleTypeFlags::OPAQUE_FD, Origin::OpaqueFd, |req| {
+            ctx.memory_type(req.memory_type_bits, vk::MemoryPropertyFlags::DEVICE_LOCAL).ok_or_else(|| "no device-local memory type to import into".to_string())
+        })
     }
 
     /// Imports `size` bytes of a dma-buf (HIP's export on AMD) with
     /// `VK_EXT_external_memory_dma_buf`. On success the driver owns the fd; on failure it is
-    /// closed here.
+    /// closed.
     ///
     /// # Errors
     /// A dma-buf smaller than `size` (checked before the driver sees it: an import past the end
@@ -251,48 +231,45 @@ impl Buffer {
             _ => return Err(DeviceError::Unsupported { device: name, what: "VK_EXT_external_memory_dma_buf (importing a dma-buf)".into() }),
         };
         let handle = vk::ExternalMemoryHandleTypeFlags::DMA_BUF_EXT;
-        let raw = fd.into_raw_fd();
-        // From here the fd is closed by hand on every failure (the driver takes it only when
-        // vkAllocateMemory succeeds).
-        let close = |raw| {
-            // SAFETY: `raw` came from `into_raw_fd` above and was not handed to the driver.
-            drop(unsafe { OwnedFd::from_raw_fd(raw) })
-        };
         let mut props = vk::MemoryFdPropertiesKHR::default();
-        // SAFETY: a live fd of the handle type this query is for.
-        match unsafe { ext.get_memory_fd_properties(handle, raw, &mut props) } {
-            Ok(()) => {}
-            Err(e) => {
-                close(raw);
-                return Err(vk_error(&name, "vkGetMemoryFdPropertiesKHR (dma-buf)", e));
-            }
-        };
+        // SAFETY: a live fd (still ours) of the handle type this query is for.
+        unsafe { ext.get_memory_fd_properties(handle, fd.as_raw_fd(), &mut props) }.map_err(|e| vk_error(&name, "vkGetMemoryFdPropertiesKHR (dma-buf)", e))?;
+        Self::import_fd(ctx, fd, size, what, handle, Origin::DmaBuf, |req| {
+            let bits = props.memory_type_bits & req.memory_type_bits;
+            let type_index = ctx.memory_type(bits, vk::MemoryPropertyFlags::DEVICE_LOCAL).or_else(|| ctx.memory_type(bits, vk::MemoryPropertyFlags::empty()));
+            type_index.filter(|_| req.size <= fd_bytes).ok_or_else(|| {
+                format!("{what}: no memory type imports this dma-buf of {fd_bytes} bytes for a buffer needing {} (types {:#x} of the fd, {:#x} of the buffer)", req.size, props.memory_type_bits, req.memory_type_bits)
+            })
+        })
+    }
+
+    /// The import both fd kinds share: a buffer of `size` bytes for `handle`, memory of the type
+    /// `memory_type` picks for its requirements (or the reason none will do), the fd handed to
+    /// the driver, and the fd closed on every failure that leaves it ours.
+    fn import_fd(ctx: &Arc<VulkanContext>, fd: OwnedFd, size: u64, what: &str, handle: vk::ExternalMemoryHandleTypeFlags, origin: Origin, memory_type: impl FnOnce(&vk::MemoryRequirements) -> Result<u32, String>) -> Result<Buffer, DeviceError> {
+        let name = ctx.name();
         let mut external = vk::ExternalMemoryBufferCreateInfo::default().handle_types(handle);
         let info = vk::BufferCreateInfo::default().size(size).usage(USAGE).sharing_mode(vk::SharingMode::EXCLUSIVE).push_next(&mut external);
         // SAFETY: a valid create info.
-        let buffer = match unsafe { ctx.device.create_buffer(&info, None) } {
-            Ok(b) => b,
-            Err(e) => {
-                close(raw);
-                return Err(vk_error(&name, "vkCreateBuffer", e));
-            }
-        };
+        let buffer = unsafe { ctx.device.create_buffer(&info, None) }.map_err(|e| vk_error(&name, "vkCreateBuffer", e))?;
         // SAFETY: just created.
         let req = unsafe { ctx.device.get_buffer_memory_requirements(buffer) };
-        let bits = props.memory_type_bits & req.memory_type_bits;
-        let type_index = ctx.memory_type(bits, vk::MemoryPropertyFlags::DEVICE_LOCAL).or_else(|| ctx.memory_type(bits, vk::MemoryPropertyFlags::empty()));
-        let Some(type_index) = type_index.filter(|_| req.size <= fd_bytes) else {
-            // SAFETY: unused.
-            unsafe { ctx.device.destroy_buffer(buffer, None) };
-            close(raw);
-            return Err(DeviceError::Unsupported { device: name, what: format!("{what}: no memory type imports this dma-buf of {fd_bytes} bytes for a buffer needing {} (types {:#x} of the fd, {:#x} of the buffer)", req.size, props.memory_type_bits, req.memory_type_bits) });
+        let type_index = match memory_type(&req) {
+            Ok(t) => t,
+            Err(why) => {
+                // SAFETY: unused.
+                unsafe { ctx.device.destroy_buffer(buffer, None) };
+                return Err(DeviceError::Unsupported { device: name, what: why });
+            }
         };
+        let raw = fd.into_raw_fd();
         let mut import = vk::ImportMemoryFdInfoKHR::default().handle_type(handle).fd(raw);
         let mut flags = vk::MemoryAllocateFlagsInfo::default().flags(vk::MemoryAllocateFlags::DEVICE_ADDRESS);
-        let alloc = vk::MemoryAllocateInfo::default().allocation_size(req.size).memory_type_index(type_index).push_next(&mut import).push_next(&mut flags);
-        let result = Self::bind(ctx, buffer, &alloc, size, what, false, Origin::DmaBuf);
+        let alloc = vk::MemoryAllocateInfo::default().allocation_size(req.size.max(size)).memory_type_index(type_index).push_next(&mut import).push_next(&mut flags);
+        let result = Self::bind(ctx, buffer, &alloc, size, what, false, origin);
         if fd_left_with_caller(&result) {
-            close(raw);
+            // SAFETY: a failed vkAllocateMemory leaves the fd with us; close it.
+            drop(unsafe { OwnedFd::from_raw_fd(raw) });
         }
         result
     }

@@ -1,7 +1,8 @@
 # Sourced by session 44's call scripts (from the repository root): the device's loader and driver,
 # .carryt/strata-rt.gz (the default build of HEAD) as $bin, the GPU's name into $OUT/gpu.txt, the
-# synthetic models under target/m (kept on a warm machine; `m TYPE` is the 7B one), and `left`:
-# the seconds left of BUDGET_S.
+# synthetic models under target/m (kept on a warm machine; `m TYPE` is the 7B one), `left`:
+# the seconds left of BUDGET_S, and (since session 51) `tg512 BIN TYPE [VAR=VALUE...]`: one
+# line of the 7B model's decode at context 512 and the bandwidth it was measured against.
 set -u
 t0=$(date +%s)
 left() { echo $(( ${BUDGET_S:-400} - ($(date +%s) - t0) )); }
@@ -22,3 +23,6 @@ synth() {
   done
   wait
 }
+# The bench lines a session table keeps: bandwidth and tg128 (or the error), on one line.
+short() { sed 's/weight bytes read per decode step: [0-9.]* MB, plus [0-9.]* KB of KV per cell of context //' | tr '\n' ' '; }
+tg512() { local b=$1 ty=$2; shift 2; env NONE=1 "$@" "$b" bench -m "$(m "$ty")" --device vulkan:0 -p 64 -n 128 -d 512 -r 2 2>&1 | grep -E 'bandwidth|tg128|rror' | short; }

@@ -12,7 +12,6 @@
 # 3. The KL against the CPU one token a step on 7B Q4_K, then, as far as the budget goes, the
 #    whole table of issue 5 (bench/h200_vulkan.sh: pp2048, context 512 and 8192, batches 8 and 32).
 source bench/results/h200-vulkan-decode-2026-12-01/session44/common.sh
-short() { sed 's/weight bytes read per decode step: [0-9.]* MB, plus [0-9.]* KB of KV per cell of context //' | tr '\n' ' '; }
 synth qwen2.5-0.5b Q4_K Q4_1 &
 synth qwen2.5-7b Q4_K Q4_1 &
 wait
@@ -22,11 +21,9 @@ for ty in Q4_K Q4_1; do
 done
 for round in 1 2; do
   for ty in Q4_K Q4_1; do
-    for cfg in "default NONE=1" "small-first STRATA_SWIGLU_SMALL_FIRST=1320"; do
-      set -- $cfg
-      [ "$(left)" -lt 120 ] && break 3
-      echo "$ty $1: $(env $2 $bin bench -m $(m $ty) --device vulkan:0 -p 64 -n 128 -d 512 -r 2 2>&1 | grep -E 'bandwidth|tg128|rror' | short)" | tee -a $OUT/decode.txt
-    done
+    [ "$(left)" -lt 120 ] && break 2
+    echo "$ty default: $(tg512 $bin $ty)" | tee -a $OUT/decode.txt
+    echo "$ty small-first: $(tg512 $bin $ty STRATA_SWIGLU_SMALL_FIRST=1320)" | tee -a $OUT/decode.txt
   done
 done
 [ "$(left)" -gt 100 ] && timeout $(( $(left) - 60 )) $bin compare-devices -m $(m Q4_K) --device vulkan:0 --ubatch 1 --prompt-tokens 128 --positions 64 2>&1 | tail -1 | tee $OUT/compare-q4_k.txt
