@@ -2,7 +2,8 @@
 //! flight, of one or several steps each, each later step reading its token where the step before
 //! left its argmax, decodes exactly the tokens of the same steps run one at a time with the host
 //! feeding each token; a run stopped early returns the tokens up to its stop and leaves the plan
-//! ready for the next run.
+//! ready for the next run; a step whose wait runs out of time fails without the plan freeing or
+//! reusing what the device still runs.
 //!
 //! Skipped without a usable Vulkan device, unless `REQUIRE_VULKAN_DEVICE=1` (CI: lavapipe).
 
@@ -199,4 +200,44 @@ fn a_chained_wait_that_gives_up_fails_the_step() {
         assert!(message.contains("gave up") && message.contains("unset STRATA_VULKAN_CHAIN"), "step {step}: {message}");
     }
     assert!(strata_gpu::vulkan::chained_stages_recorded() > recorded_before, "no chained stage was recorded");
+}
+
+/// A step whose wait runs out of time (`STRATA_VULKAN_WAIT_TIMEOUT_MS=0`: at once, while the
+/// device still runs it) fails with an error naming the limit; the plan's next step first lets it
+/// finish (its command buffer is the one submitted again) and returns the same logits as before;
+/// and a plan dropped right after such an error frees its memory only once the device is done
+/// with it. Before, a lavapipe prompt step longer than the 120-s limit freed the weights under
+/// the running shaders: a segfault, which is this test's failure too.
+#[test]
+fn a_step_whose_wait_runs_out_of_time_fails_and_the_plan_frees_nothing_the_device_still_reads() {
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    std::env::remove_var("STRATA_VULKAN_FUSE_SWIGLU_PRODUCT");
+    let Some(ctx) = vulkan_context() else { return };
+    let (mut plan, table, _, _) = default_model_plan(&ctx);
+    let tokens = [504u32, 33, 2001, 17, 9, 4242, 77, 1];
+    let positions: Vec<u32> = (0..tokens.len() as u32).collect();
+    let seq_of_token = vec![0u32; tokens.len()];
+    let tables = [&table[..]];
+    let output_rows: Vec<u32> = (0..tokens.len() as u32).collect();
+    let step = strata_gpu::StepBatch { tokens: &tokens, positions: &positions, seq_of_token: &seq_of_token, block_tables: &tables, output_rows: &output_rows };
+    let reference = plan.forward(&step).expect("a step").to_vec();
+
+    for round in 0..2 {
+        let unset = set_for_the_test(&[("STRATA_VULKAN_WAIT_TIMEOUT_MS", "0")]);
+        let err = plan.forward(&step).expect_err("a step that cannot finish in 0 ms");
+        let message = err.to_string();
+        assert!(message.contains("ran longer than") && message.contains("STRATA_VULKAN_WAIT_TIMEOUT_MS"), "round {round}: {message}");
+        drop(unset);
+        let again = plan.forward(&step).expect("the step after a timed-out one").to_vec();
+        assert!(again.iter().zip(&reference).all(|(a, b)| a.to_bits() == b.to_bits()), "round {round}: the step after a timed-out one returns other logits");
+    }
+
+    let unset = set_for_the_test(&[("STRATA_VULKAN_WAIT_TIMEOUT_MS", "0")]);
+    assert!(plan.forward(&step).is_err(), "a step that cannot finish in 0 ms");
+    drop(plan);
+    drop(unset);
+    // The memory the dropped plan freed is the new plan's to reuse.
+    let (mut plan, _, _, _) = default_model_plan(&ctx);
+    let fresh = plan.forward(&step).expect("a step of a new plan").to_vec();
+    assert!(fresh.iter().zip(&reference).all(|(a, b)| a.to_bits() == b.to_bits()), "a new plan returns other logits");
 }

@@ -18,8 +18,20 @@ use crate::DeviceError;
 /// buffer, and NVIDIA's `maxMemoryAllocationSize` is just under 4 GiB).
 pub const MAX_CHUNK_BYTES: u64 = 1 << 30;
 
-/// How long a submission may run before it is reported as a hung device.
+/// How long a submission may run on a GPU before it is reported as a hung device.
 pub const FENCE_TIMEOUT: Duration = Duration::from_secs(120);
+/// The same on a device that runs on the CPU (lavapipe): one 512-token prompt step of the
+/// default model takes minutes on two cores there, and a CPU does not hang as a GPU does.
+pub const CPU_DEVICE_FENCE_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// How long a submission may run on `ctx`'s device before a wait reports it as hung:
+/// `STRATA_VULKAN_WAIT_TIMEOUT_MS` if set (read at each blocking wait, so a test can force a
+/// timeout after its plan is built), else [`FENCE_TIMEOUT`] or, on a CPU device,
+/// [`CPU_DEVICE_FENCE_TIMEOUT`].
+pub fn fence_timeout(ctx: &VulkanContext) -> Duration {
+    let knob = std::env::var("STRATA_VULKAN_WAIT_TIMEOUT_MS").ok().and_then(|v| v.parse::<u64>().ok()).map(Duration::from_millis);
+    knob.unwrap_or(if ctx.info.is_cpu() { CPU_DEVICE_FENCE_TIMEOUT } else { FENCE_TIMEOUT })
+}
 /// How long a wait for a submission polls before it blocks.
 const SPIN_WAIT: Duration = Duration::from_millis(20);
 
@@ -484,6 +496,10 @@ pub struct Timeline {
     /// Whether its submissions are the ones a workgroup timeline counts and records (a plan's
     /// steps, not uploads).
     timeline_steps: bool,
+    /// Whether a wait ran out of time: a submission may still be pending that no caller waits
+    /// for, so the next submission and the drop wait for it first (its command buffer and the
+    /// memory it uses must outlive it).
+    timed_out: std::cell::Cell<bool>,
 }
 
 impl Timeline {
@@ -495,7 +511,7 @@ impl Timeline {
         // SAFETY: valid device (timelineSemaphore enabled) and create info.
         let semaphore = unsafe { ctx.device.create_semaphore(&info, None) }.map_err(|e| vk_error(&ctx.name(), "vkCreateSemaphore", e))?;
         let spin = !ctx.info.is_cpu() && std::env::var("STRATA_VULKAN_WAIT").as_deref() != Ok("block");
-        Ok(Timeline { ctx: ctx.clone(), semaphore, value: 0, spin, timeline_steps: false })
+        Ok(Timeline { ctx: ctx.clone(), semaphore, value: 0, spin, timeline_steps: false, timed_out: std::cell::Cell::new(false) })
     }
 
     /// A timeline whose submissions a workgroup timeline (`STRATA_VULKAN_TIMELINE`) counts and
@@ -516,7 +532,7 @@ impl Timeline {
     /// Submits one recorded command buffer that signals the next value, and waits for that value.
     ///
     /// # Errors
-    /// A Vulkan failure, a lost device, or a submission that runs past [`FENCE_TIMEOUT`].
+    /// A Vulkan failure, a lost device, or a submission that runs past [`fence_timeout`].
     pub fn submit_and_wait(&mut self, cb: vk::CommandBuffer) -> Result<(), DeviceError> {
         let target = self.submit(cb)?;
         self.wait(target)
@@ -528,8 +544,14 @@ impl Timeline {
     /// timeline is dropped.
     ///
     /// # Errors
-    /// A Vulkan failure submitting it (nothing is then pending).
+    /// A Vulkan failure submitting it (nothing is then pending), or an earlier submission whose
+    /// wait ran out of time and that is still running (nothing is submitted).
     pub fn submit(&mut self, cb: vk::CommandBuffer) -> Result<u64, DeviceError> {
+        if self.timed_out.get() {
+            // The caller's command buffer may be that very submission's: it must finish first.
+            self.wait_for(self.value)?;
+            self.timed_out.set(false);
+        }
         let recorded = match self.workgroup_timeline() {
             Some(t) if t.records_next() => {
                 // The recorded submission runs alone: every earlier one has completed.
@@ -564,7 +586,8 @@ impl Timeline {
     /// Waits until the semaphore reaches `target` (a value a submission signals).
     ///
     /// # Errors
-    /// A Vulkan failure, a lost device, or a wait that runs past [`FENCE_TIMEOUT`].
+    /// A Vulkan failure, a lost device, or a wait that runs past [`fence_timeout`] (the
+    /// submission then stays pending: the next [`Timeline::submit`] and the drop wait for it).
     pub fn wait(&self, target: u64) -> Result<(), DeviceError> {
         self.wait_for(target)?;
         if let Some(t) = self.workgroup_timeline() {
@@ -594,24 +617,49 @@ impl Timeline {
         }
         let wait = vk::SemaphoreWaitInfo::default().semaphores(&signals).values(&values);
         // SAFETY: the semaphore belongs to this device.
-        match unsafe { ctx.device.wait_semaphores(&wait, FENCE_TIMEOUT.as_nanos() as u64) } {
+        let timeout = fence_timeout(ctx);
+        // SAFETY: the semaphore belongs to this device.
+        match unsafe { ctx.device.wait_semaphores(&wait, u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX)) } {
             Ok(()) => Ok(()),
-            Err(vk::Result::TIMEOUT) => Err(DeviceError::Unsupported { device: name, what: format!("a submission ran longer than {} s (hung device?)", FENCE_TIMEOUT.as_secs()) }),
+            Err(vk::Result::TIMEOUT) => {
+                self.timed_out.set(true);
+                Err(DeviceError::Unsupported { device: name, what: format!("a submission ran longer than {:.1} s (hung device? STRATA_VULKAN_WAIT_TIMEOUT_MS sets the limit)", timeout.as_secs_f64()) })
+            }
             Err(e) => Err(vk_error(&name, "vkWaitSemaphores", e)),
         }
+    }
+
+    /// Blocks, without a time limit, until every submission has finished, if a wait ran out of
+    /// time (otherwise each was waited for): what an owner calls before it frees what they use.
+    /// A device lost ends the wait (the driver signals nothing more).
+    pub fn drain(&self) {
+        if !self.timed_out.get() {
+            return;
+        }
+        let signals = [self.semaphore];
+        let values = [self.value];
+        let wait = vk::SemaphoreWaitInfo::default().semaphores(&signals).values(&values);
+        // SAFETY: the semaphore belongs to this device.
+        if let Err(e) = unsafe { self.ctx.device.wait_semaphores(&wait, u64::MAX) } {
+            tracing::error!(device = %self.ctx.name(), error = ?e, "waiting for a timed-out submission before freeing its memory");
+        }
+        self.timed_out.set(false);
     }
 }
 
 impl Drop for Timeline {
     fn drop(&mut self) {
-        // SAFETY: every submission that signals it was waited for.
+        self.drain();
+        // SAFETY: every submission that signals it has finished (each was waited for, or
+        // drained just above).
         unsafe { self.ctx.device.destroy_semaphore(self.semaphore, None) };
     }
 }
 
 impl Drop for OneShot {
     fn drop(&mut self) {
-        // SAFETY: every submission was waited for.
+        self.timeline.drain();
+        // SAFETY: every submission has finished (waited for, or drained just above).
         unsafe {
             self.ctx.device.destroy_command_pool(self.pool, None);
         }

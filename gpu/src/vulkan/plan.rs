@@ -598,7 +598,10 @@ impl CommandCache {
 
 impl Drop for CommandCache {
     fn drop(&mut self) {
-        // SAFETY: every submission was waited for; freeing the pool frees its command buffers.
+        // The plan drops this first (field order): a submission whose wait ran out of time
+        // finishes here, before its command buffers and the plan's memory are freed.
+        self.timeline.drain();
+        // SAFETY: every submission has finished; freeing the pool frees its command buffers.
         unsafe {
             self.ctx.device.destroy_command_pool(self.pool, None);
         }
