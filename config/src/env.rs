@@ -85,6 +85,7 @@ pub const ENV_DEVELOPER_KNOBS: &[&str] = &[
     "STRATA_VULKAN_TOP_K",
     "STRATA_VULKAN_WAIT",
     "STRATA_VULKAN_WAIT_FAULT",
+    "STRATA_VULKAN_WAIT_TIMEOUT_MS",
 ];
 
 /// One override: `STRATA_<SECTION>__<KEY>=<value>`.
