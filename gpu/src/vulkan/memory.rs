@@ -599,8 +599,6 @@ impl Timeline {
     fn wait_for(&self, target: u64) -> Result<(), DeviceError> {
         let ctx = &self.ctx;
         let name = ctx.name();
-        let signals = [self.semaphore];
-        let values = [target];
         // A GPU's short steps (one decoded token: a few ms) are polled for a while: a blocking
         // wait adds the thread's wake-up latency to every token. Not on a CPU device (lavapipe),
         // whose own threads need the cores.
@@ -615,11 +613,8 @@ impl Timeline {
                 std::hint::spin_loop();
             }
         }
-        let wait = vk::SemaphoreWaitInfo::default().semaphores(&signals).values(&values);
-        // SAFETY: the semaphore belongs to this device.
         let timeout = fence_timeout(ctx);
-        // SAFETY: the semaphore belongs to this device.
-        match unsafe { ctx.device.wait_semaphores(&wait, u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX)) } {
+        match self.block_until(target, u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX)) {
             Ok(()) => Ok(()),
             Err(vk::Result::TIMEOUT) => {
                 self.timed_out.set(true);
@@ -636,14 +631,19 @@ impl Timeline {
         if !self.timed_out.get() {
             return;
         }
-        let signals = [self.semaphore];
-        let values = [self.value];
-        let wait = vk::SemaphoreWaitInfo::default().semaphores(&signals).values(&values);
-        // SAFETY: the semaphore belongs to this device.
-        if let Err(e) = unsafe { self.ctx.device.wait_semaphores(&wait, u64::MAX) } {
+        if let Err(e) = self.block_until(self.value, u64::MAX) {
             tracing::error!(device = %self.ctx.name(), error = ?e, "waiting for a timed-out submission before freeing its memory");
         }
         self.timed_out.set(false);
+    }
+
+    /// Blocks until the semaphore reaches `target` or `timeout_ns` pass.
+    fn block_until(&self, target: u64, timeout_ns: u64) -> ash::prelude::VkResult<()> {
+        let signals = [self.semaphore];
+        let values = [target];
+        let wait = vk::SemaphoreWaitInfo::default().semaphores(&signals).values(&values);
+        // SAFETY: the semaphore belongs to this device.
+        unsafe { self.ctx.device.wait_semaphores(&wait, timeout_ns) }
     }
 }
 
