@@ -192,6 +192,20 @@ void main() {
     for (uint j0 = j_begin; j0 < j_end; j0 += TILE) {
         uint j = j0 + jj;
         bool valid = j < j_end;
+        uint n_tile = min(TILE, j_end - j0);
+        uint i_begin = vg * slice;
+        uint i_end = min(n_tile, i_begin + slice);
+        uint vbase = kvh * hd / 2 + dp;
+#if PRE > 0 && defined(ATTN_V_EARLY)
+        // (An experiment, STRATA_SHADER_DEFINES=ATTN_V_EARLY at build time: the slice's V rows
+        // loaded beside the K rows, each lane looking its cells up itself, so that the V loads
+        // are not one more dependent memory trip after the scores' barrier. Same arithmetic.)
+        uint vpre[PRE];
+        [[unroll]] for (uint u = 0; u < PRE; u++) {
+            uint i = i_begin + u;
+            vpre[u] = vg < v_groups && i < i_end ? V_PAIR(j0 + i, kv_cell(tables, table_offset, j0 + i, pc.block_size)) : 0u;
+        }
+#endif
         float dot = 0.0;
         if (valid) {
             uint cell = kv_cell(tables, table_offset, j, pc.block_size);
@@ -221,11 +235,7 @@ void main() {
         barrier();
         // The first PRE rows of this invocation's V slice, loaded now (the tile's cells are
         // known) so that they arrive while the softmax runs instead of after it.
-        uint n_tile = min(TILE, j_end - j0);
-        uint i_begin = vg * slice;
-        uint i_end = min(n_tile, i_begin + slice);
-        uint vbase = kvh * hd / 2 + dp;
-#if PRE > 0
+#if PRE > 0 && !defined(ATTN_V_EARLY)
         uint vpre[PRE];
         [[unroll]] for (uint u = 0; u < PRE; u++) {
             vpre[u] = vg < v_groups && i_begin + u < i_end ? V_PAIR(j0 + i_begin + u, cells[i_begin + u]) : 0u;
