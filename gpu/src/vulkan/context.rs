@@ -55,6 +55,10 @@ pub struct DeviceInfo {
     pub shader_float64: bool,
     /// Whether compute shaders may use subgroup quad operations.
     pub subgroup_quads: bool,
+    /// The GPU's streaming multiprocessors, where the driver tells them
+    /// (`VK_NV_shader_sm_builtins`' `shaderSMCount`: NVIDIA's); the decode plan sizes waves of
+    /// workgroups by it.
+    pub sm_count: Option<u32>,
 }
 
 impl DeviceInfo {
@@ -79,7 +83,8 @@ impl std::fmt::Display for DeviceInfo {
         }
         let types: Vec<String> = self.memory_types.iter().enumerate().map(|(i, (heap, flags))| format!("{i} (heap {heap}: {})", memory_flags(*flags))).collect();
         writeln!(f, "  memory types: {}", types.join(", "))?;
-        writeln!(f, "  subgroup size {}, max allocation {} MiB, max storage range {} MiB, shared memory {} KiB", self.subgroup_size, self.max_allocation_bytes >> 20, self.max_storage_buffer_range >> 20, self.max_shared_memory_bytes >> 10)?;
+        let sms = self.sm_count.map(|n| format!(", {n} SMs")).unwrap_or_default();
+        writeln!(f, "  subgroup size {}, max allocation {} MiB, max storage range {} MiB, shared memory {} KiB{sms}", self.subgroup_size, self.max_allocation_bytes >> 20, self.max_storage_buffer_range >> 20, self.max_shared_memory_bytes >> 10)?;
         let ext: Vec<String> = self.extensions.iter().map(|(n, on)| format!("{n}: {}", if *on { "yes" } else { "no" })).collect();
         writeln!(f, "  {}", ext.join(", "))?;
         // The exact mode (devices.vulkan_exact) needs both.
@@ -210,15 +215,21 @@ fn describe(instance: &ash::Instance, index: u32, pd: vk::PhysicalDevice) -> Res
     let mut v11 = vk::PhysicalDeviceVulkan11Properties::default();
     let mut host = vk::PhysicalDeviceExternalMemoryHostPropertiesEXT::default();
     let mut maint3 = vk::PhysicalDeviceMaintenance3Properties::default();
+    let mut sm = vk::PhysicalDeviceShaderSMBuiltinsPropertiesNV::default();
+    // SAFETY: `pd` came from this instance.
+    let exts = unsafe { instance.enumerate_device_extension_properties(pd) }.map_err(|e| vk_error("vulkan", "vkEnumerateDeviceExtensionProperties", e))?;
+    let has = |name: &CStr| exts.iter().any(|e| e.extension_name_as_c_str().is_ok_and(|n| n == name));
+    let has_sm_builtins = has(super::timeline::EXT_SM_BUILTINS);
     let mut props2 = vk::PhysicalDeviceProperties2::default().push_next(&mut driver).push_next(&mut v11).push_next(&mut host).push_next(&mut maint3);
+    if has_sm_builtins {
+        // Only chained where the device knows the structure.
+        props2 = props2.push_next(&mut sm);
+    }
     // SAFETY: `pd` came from this instance; the chained structs outlive the call.
     unsafe { instance.get_physical_device_properties2(pd, &mut props2) };
     let props = props2.properties;
     // SAFETY: as above.
     let mem = unsafe { instance.get_physical_device_memory_properties(pd) };
-    // SAFETY: as above.
-    let exts = unsafe { instance.enumerate_device_extension_properties(pd) }.map_err(|e| vk_error("vulkan", "vkEnumerateDeviceExtensionProperties", e))?;
-    let has = |name: &CStr| exts.iter().any(|e| e.extension_name_as_c_str().is_ok_and(|n| n == name));
     let mut f11 = vk::PhysicalDeviceVulkan11Features::default();
     let mut f12 = vk::PhysicalDeviceVulkan12Features::default();
     let mut dot = vk::PhysicalDeviceShaderIntegerDotProductFeatures::default();
@@ -268,6 +279,7 @@ fn describe(instance: &ash::Instance, index: u32, pd: vk::PhysicalDevice) -> Res
         integer_dot_product,
         shader_float64: core.shader_float64 == vk::TRUE,
         subgroup_quads: quads,
+        sm_count: (has_sm_builtins && sm.shader_sm_count > 0).then_some(sm.shader_sm_count),
     })
 }
 

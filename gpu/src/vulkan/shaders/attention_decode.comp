@@ -199,11 +199,31 @@ void main() {
 #if PRE > 0 && defined(ATTN_V_EARLY)
         // (An experiment, STRATA_SHADER_DEFINES=ATTN_V_EARLY at build time: the slice's V rows
         // loaded beside the K rows, each lane looking its cells up itself, so that the V loads
-        // are not one more dependent memory trip after the scores' barrier. Same arithmetic.)
+        // are not one more dependent memory trip after the scores' barrier. Same arithmetic.
+        // With blocks of 16 cells or more a slice of PRE <= 32 positions spans at most three
+        // blocks: their table entries are read at once and each cell picked by two compares
+        // (a division by the block size per position cost the H100 3.6% a token, session 53).)
         uint vpre[PRE];
-        [[unroll]] for (uint u = 0; u < PRE; u++) {
-            uint i = i_begin + u;
-            vpre[u] = vg < v_groups && i < i_end ? V_PAIR(j0 + i, kv_cell(tables, table_offset, j0 + i, pc.block_size)) : 0u;
+        uint bs = pc.block_size;
+        if (bs >= 16u && PRE <= 32 && i_end > i_begin) {
+            uint jv = j0 + i_begin;
+            uint blk0 = jv / bs;
+            uint r0 = jv % bs;
+            uint last = (j0 + i_end - 1u) / bs;
+            uint e0 = tables.v[table_offset + blk0] * bs;
+            uint e1 = last >= blk0 + 1u ? tables.v[table_offset + blk0 + 1u] * bs : 0u;
+            uint e2 = last >= blk0 + 2u ? tables.v[table_offset + blk0 + 2u] * bs : 0u;
+            [[unroll]] for (uint u = 0; u < PRE; u++) {
+                uint i = i_begin + u;
+                uint r = r0 + u;
+                uint cell = r < bs ? e0 + r : (r < 2u * bs ? e1 + (r - bs) : e2 + (r - 2u * bs));
+                vpre[u] = vg < v_groups && i < i_end ? V_PAIR(j0 + i, cell) : 0u;
+            }
+        } else {
+            [[unroll]] for (uint u = 0; u < PRE; u++) {
+                uint i = i_begin + u;
+                vpre[u] = vg < v_groups && i < i_end ? V_PAIR(j0 + i, kv_cell(tables, table_offset, j0 + i, pc.block_size)) : 0u;
+            }
         }
 #endif
         float dot = 0.0;
