@@ -5,6 +5,17 @@
 # line of the 7B model's decode at context 512 and the bandwidth it was measured against.
 set -u
 t0=$(date +%s)
+# At most 8 files come back from $OUT (the device README): past that, at the script's exit, the
+# folders under $OUT go into all.tgz (the whole of $OUT), and if top-level files alone are still
+# too many, only the archive stays.
+pack_out() {
+  [ "$(find "$OUT" -type f | wc -l)" -le 8 ] && return
+  tar czf /tmp/strata-out.tgz -C "$OUT" . || return
+  find "$OUT" -mindepth 1 -maxdepth 1 -type d -exec rm -rf {} +
+  mv /tmp/strata-out.tgz "$OUT/all.tgz"
+  [ "$(find "$OUT" -type f | wc -l)" -le 8 ] || find "$OUT" -type f ! -name all.tgz -delete
+}
+trap pack_out EXIT
 left() { echo $(( ${BUDGET_S:-400} - ($(date +%s) - t0) )); }
 for f in .gl/*.deb; do dpkg -x "$f" / >/dev/null; done; ldconfig
 export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
