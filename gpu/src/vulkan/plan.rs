@@ -141,7 +141,7 @@ fn swiglu_parts(ctx: &VulkanContext, gate: &GpuWeight, up: &GpuWeight, pairs: u8
 /// Gate/up's outputs in one-output units first by default: ten an SM, so that half of the
 /// first wave's workgroups (an NVIDIA SM holds ten of Q4_K's: 48 registers, 128 invocations)
 /// end early and the waves after it fall out of step. On an H100 (132 SMs) 1,320 gave 7B Q4_K
-/// +0.6-0.9% a token in four sessions (48, 49, 53), and 1,000-1,660 all gained. Off where the
+/// +0.6-0.9% a token in sessions 48, 49 and 53, and 1,000-1,660 all gained. Off where the
 /// SM count is unknown (other vendors, lavapipe).
 fn small_first_default(sm_count: Option<u32>) -> usize {
     sm_count.map_or(0, |sms| 10 * sms as usize)

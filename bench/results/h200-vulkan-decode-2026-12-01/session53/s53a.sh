@@ -1,4 +1,4 @@
-# Session 53's call: session 51's checks (s51a.sh) and the build-time experiments (s53b.sh) in one,
+# Session 53's call: session 51's checks (s51a.sh) and the build-time experiments in one,
 # most valuable first, for the one machine a session may get. Carry [".gl", ".carryt"] with .carryt
 # holding strata-rt.gz (HEAD's default, scripts/build-device-carry.sh), strata-rt-{hw,hs,ve}.gz
 # (STRATA_SHADER_DEFINES=Q4K_HEAD_WORDS / Q4K_HEAD_SHUFFLE / ATTN_V_EARLY, each with a

@@ -36,6 +36,4 @@ done
 if grep -q H200 $OUT/gpu.txt && [ "$(left)" -gt 120 ]; then
   MODELS_DIR=$PWD/target/m REPS=2 timeout $(( $(left) - 10 )) bash bench/h200_vulkan.sh $b $OUT/table Q4_K
 fi
-# (At most 8 files come back from $OUT: the table's four as one archive.)
-[ -d $OUT/table ] && tar czf $OUT/table.tgz -C $OUT table && rm -rf $OUT/table
 echo "left: $(left) s"
